@@ -1,0 +1,173 @@
+"""Builds one run from a validated config: process group, data, model, optimizer, logger, checkpoints.
+
+Order matters and follows torchtitan: the model is created on the meta device, sharded
+by FSDP2, materialised with `to_empty`, then initialised, so no rank ever holds the whole
+unsharded model. A resume loads into the sharded model after that.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from flamia_train import data, parallel
+from flamia_train.checkpoint import CheckpointManager
+from flamia_train.config import FlamiaConfig
+from flamia_train.metrics import MetricLogger, ProgressBar, peak_flops
+from flamia_train.model import GPT
+from flamia_train.precision import format_table
+from flamia_train.schedules import LRSchedule
+from flamia_train.trainer import TrainState
+
+CHECKPOINT_FORMAT_VERSION = 1
+
+
+class RNGState:
+    """This rank's random generators (torch CPU/CUDA, python, numpy), saved per rank."""
+
+    def state_dict(self) -> dict:
+        state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["python"])
+        np.random.set_state(state["numpy"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices only (norm gains and biases are not decayed)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    foreach = None if any(p.device.type == "cuda" for p in decay) else False
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, foreach=foreach)
+
+
+@dataclass
+class Run:
+    """Every live component of one training run."""
+
+    cfg: FlamiaConfig
+    env: parallel.DistEnv
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    lr_schedule: LRSchedule
+    train_loader: Any
+    heldout_loader: Any
+    heldout_start: dict
+    logger: MetricLogger
+    progress: ProgressBar
+    checkpoints: CheckpointManager
+    flops_per_token: int
+    peak_flops: float | None
+    attention_specs: list
+    state: TrainState = field(default_factory=TrainState)
+    rng: RNGState = field(default_factory=RNGState)
+    resumed_from: Path | None = None
+
+    def _meta(self) -> dict:
+        return {
+            "step": self.state.step,
+            "wandb_run_id": self.logger.run_id,
+            "model": OmegaConf.to_container(OmegaConf.structured(self.cfg.model)),
+            "precision": self.cfg.precision.name,
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "world_size": self.env.world_size,
+        }
+
+    def _app_state(self) -> dict:
+        return {"train_state": self.state, "train_loader": self.train_loader, "lr_schedule": self.lr_schedule}
+
+    def save_checkpoint(self) -> Path:
+        return self.checkpoints.save(
+            self.state.step, self.model, self.optimizer, self._app_state(), self._meta(), {"rng": self.rng}
+        )
+
+    def load_checkpoint(self, path: Path) -> dict:
+        meta = self.checkpoints.load(path, self.model, self.optimizer, self._app_state(), {"rng": self.rng})
+        self.resumed_from = path
+        return meta
+
+    def export(self) -> Path:
+        """Consolidated safetensors of the final weights, for inference."""
+        path = Path(self.cfg.run_dir) / "export" / f"model_step{self.state.step:08d}.safetensors"
+        if not path.exists():
+            self.checkpoints.export_safetensors(self.model, path)
+        return path
+
+    def close(self, summary: dict | None = None) -> None:
+        self.progress.close(summary)
+        if summary is not None:
+            self.logger.summary(summary)
+        self.logger.close()
+
+
+def _say(env: parallel.DistEnv, text: str) -> None:
+    if env.is_main:
+        print(text, file=sys.stderr, flush=True)
+
+
+def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
+    """Build every component; resume from `cfg.resume` if it names a checkpoint."""
+    run_dir = Path(cfg.run_dir)
+    checkpoints = CheckpointManager(cfg.checkpoint, run_dir, env.rank, env.world_size, parallel.barrier)
+    resume_path = checkpoints.resolve(cfg.resume)
+
+    data.ensure_default_corpus(cfg.data, env.is_main, parallel.barrier)
+    tokenizer = data.build_tokenizer(cfg.data)
+    data.check_vocab(tokenizer, cfg.model.vocab_size)
+    t = cfg.train
+    train_loader = data.build_loader(cfg.data, tokenizer, cfg.data.split, t.seq_len, t.micro_batch_size,
+                                     env.rank, env.world_size)
+    heldout_loader = data.build_loader(cfg.data, tokenizer, cfg.data.heldout_split, t.seq_len, t.micro_batch_size,
+                                       env.rank, env.world_size)
+
+    seed_everything(t.seed)
+    with torch.device("meta"):
+        model = GPT(cfg.model, attention_specs=specs)
+    model = parallel.parallelize(model, cfg.parallel, parallel.build_mesh(env, cfg.parallel))
+    model.to_empty(device=env.device)
+    torch.manual_seed(t.seed)  # identical weights on every rank and world size
+    model.init_weights()
+    seed_everything(t.seed + env.rank)  # per-rank streams from here on
+
+    optimizer = build_optimizer(model, t)
+    lr_schedule = LRSchedule(cfg.schedule, t.lr, t.steps)
+    config_dict = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    run = Run(
+        cfg=cfg, env=env, model=model, optimizer=optimizer, lr_schedule=lr_schedule,
+        train_loader=train_loader, heldout_loader=heldout_loader, heldout_start=heldout_loader.state_dict(),
+        logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
+        flops_per_token=model.flops_per_token(t.seq_len),
+        peak_flops=peak_flops(env.device, "bf16"), attention_specs=specs,
+    )
+    meta = run.load_checkpoint(resume_path) if resume_path is not None else {}
+    run.logger = MetricLogger(cfg.logger, run_dir, config_dict, meta.get("wandb_run_id"), env.is_main)
+    table = format_table(specs)
+    run.logger.log_table("precision", ["layer", "attention", "linear"],
+                         [line.split() for line in table.splitlines()[1:]])
+    n_params = sum(p.numel() for p in model.parameters())
+    _say(env, f"flamia-train: model {cfg.model.name} ({n_params / 1e6:.1f}M params), precision {cfg.precision.name}, "
+              f"{env.world_size} rank(s) on {env.device.type}, run_dir {run_dir}")
+    _say(env, table)
+    if resume_path is not None:
+        _say(env, f"resumed from {resume_path} at step {run.state.step}")
+    return run

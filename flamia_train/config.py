@@ -1,0 +1,164 @@
+"""The root config: composes each component's dataclass, registers it with Hydra, validates it.
+
+Each component owns its config dataclass (model.ModelConfig, data.DataConfig, ...);
+this module only composes them into `FlamiaConfig`, stores it in Hydra's ConfigStore
+as the schema `configs/train.yaml` extends (so a misspelt key or a wrong type fails
+at composition), and runs every cross-field check in one `validate(cfg)` before any
+device memory is touched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from flamia_train.checkpoint import CheckpointConfig
+from flamia_train.data import DataConfig
+from flamia_train.errors import ConfigError
+from flamia_train.metrics import LoggerConfig
+from flamia_train.model import ModelConfig
+from flamia_train.parallel import ParallelConfig
+from flamia_train.precision import PrecisionConfig, resolve_attention_specs
+from flamia_train.schedules import ScheduleConfig, validate_schedule
+from flamia_train.trainer import TrainConfig
+
+RESUME_WORDS = ("auto", "never")
+
+
+@dataclass
+class FlamiaConfig:
+    """Everything one training run needs; `configs/train.yaml` fills it in."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)  # network shape (configs/model/)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)  # recipe (configs/precision/)
+    data: DataConfig = field(default_factory=DataConfig)  # corpus and tokenizer (configs/data/)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # LR schedule (configs/schedule/)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # wandb | none (configs/logger/)
+    train: TrainConfig = field(default_factory=TrainConfig)  # steps, batch, optimizer
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)  # FSDP2 / HSDP / AC / compile
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # interval, keep, export
+    run_dir: str = "runs/default"  # everything the run writes goes under it
+    resume: str = "auto"  # auto (newest complete checkpoint in run_dir) | never | PATH to a checkpoint
+
+
+def register_configs() -> None:
+    """Store the schema so `configs/train.yaml` can list `flamia_schema` first in its defaults."""
+    cs = ConfigStore.instance()
+    cs.store(name="flamia_schema", node=FlamiaConfig)
+
+
+def to_dataclass(cfg: DictConfig) -> FlamiaConfig:
+    """The typed object the builders take (Hydra already checked keys and types)."""
+    return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+
+
+def _positive(key: str, value, *, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    if not ok:
+        raise ConfigError(key, value, "must be >= 0" if allow_zero else "must be > 0")
+
+
+def _one_of(key: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(key, value, f"allowed: {', '.join(allowed)}")
+
+
+def _validate_model(m: ModelConfig, specs) -> None:
+    from flamia_kernels import SUPPORTED_HEAD_DIMS
+
+    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads"):
+        _positive(f"model.{key}", getattr(m, key))
+    _positive("model.rope_theta", m.rope_theta)
+    _positive("model.ffn_hidden", m.ffn_hidden, allow_zero=True)
+    if m.d_model % m.n_heads:
+        raise ConfigError("model.n_heads", m.n_heads, f"must divide model.d_model = {m.d_model}")
+    if m.n_heads % m.n_kv_heads:
+        raise ConfigError("model.n_kv_heads", m.n_kv_heads, f"must divide model.n_heads = {m.n_heads}")
+    head_dim = m.d_model // m.n_heads
+    if head_dim % 2:
+        raise ConfigError("model.n_heads", m.n_heads, f"head_dim = d_model / n_heads = {head_dim} must be even (RoPE)")
+    quantized = [i for i, s in enumerate(specs) if s.name != "bf16"]
+    if quantized and head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ConfigError(
+            "model.n_heads", m.n_heads,
+            f"head_dim {head_dim} (layer {quantized[0]} uses attention '{specs[quantized[0]].name}') must be one "
+            f"of {sorted(SUPPORTED_HEAD_DIMS)} for quantized FLAMIA attention",
+        )
+
+
+def _validate_train(cfg: FlamiaConfig, world_size: int) -> None:
+    from flamia_kernels import SEQ_BLOCK
+
+    t = cfg.train
+    for key in ("steps", "seq_len", "micro_batch_size", "lr"):
+        _positive(f"train.{key}", getattr(t, key))
+    for key in ("weight_decay", "grad_clip", "eval_interval", "eval_batches", "tokens_per_step"):
+        _positive(f"train.{key}", getattr(t, key), allow_zero=True)
+    if not (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1):
+        raise ConfigError("train.beta1/beta2", (t.beta1, t.beta2), "each must be in [0, 1)")
+    if t.seq_len % SEQ_BLOCK:
+        raise ConfigError("train.seq_len", t.seq_len, f"must be a multiple of the attention block {SEQ_BLOCK}")
+    micro_tokens = t.micro_batch_size * t.seq_len * world_size
+    if t.tokens_per_step and t.tokens_per_step % micro_tokens:
+        raise ConfigError(
+            "train.tokens_per_step", t.tokens_per_step,
+            f"must be a multiple of micro_batch_size x seq_len x data-parallel ranks = {micro_tokens}",
+        )
+
+
+def _validate_data(d: DataConfig) -> None:
+    _one_of("data.source", d.source, ("stdlib", "files", "disk", "hub"))
+    if d.source == "hub" and not d.hub_name:
+        raise ConfigError("data.hub_name", d.hub_name, "must name a dataset when data.source=hub")
+    if d.source != "hub" and not d.path:
+        raise ConfigError("data.path", d.path, f"must be set when data.source={d.source}")
+    if not 0 <= d.heldout_fraction < 1:
+        raise ConfigError("data.heldout_fraction", d.heldout_fraction, "must be in [0, 1)")
+    _positive("data.vocab_size", d.vocab_size)
+
+
+def _validate_run(cfg: FlamiaConfig, world_size: int) -> None:
+    _one_of("logger.backend", cfg.logger.backend, ("wandb", "none"))
+    _one_of("logger.mode", cfg.logger.mode, ("offline", "online", "disabled"))
+    _positive("logger.log_interval", cfg.logger.log_interval)
+    p = cfg.parallel
+    _one_of("parallel.activation_checkpoint", p.activation_checkpoint, ("none", "selective", "full"))
+    _one_of("parallel.param_dtype", p.param_dtype, ("bf16", "fp32"))
+    _one_of("parallel.reduce_dtype", p.reduce_dtype, ("bf16", "fp32"))
+    _one_of("parallel.device", p.device, ("auto", "cpu", "cuda"))
+    _positive("parallel.dp_replicate", p.dp_replicate)
+    if world_size % p.dp_replicate:
+        raise ConfigError("parallel.dp_replicate", p.dp_replicate, f"must divide the world size {world_size}")
+    _positive("checkpoint.interval", cfg.checkpoint.interval, allow_zero=True)
+    _positive("checkpoint.keep", cfg.checkpoint.keep)
+    if cfg.resume not in RESUME_WORDS and not Path(cfg.resume).exists():
+        raise ConfigError("resume", cfg.resume, "must be auto, never, or the path of an existing checkpoint")
+    _check_writable_dir("run_dir", Path(cfg.run_dir))
+
+
+def _check_writable_dir(key: str, path: Path) -> None:
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(key, str(path), f"'{existing}' is a file, so the directory cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(key, str(path), f"'{existing}' is not writable")
+
+
+def validate(cfg: FlamiaConfig, world_size: int = 1) -> list:
+    """Check every value and cross-field rule; return the resolved per-layer attention specs.
+
+    Raises ConfigError naming the key, the value and the rule. Runs before any device work.
+    """
+    specs = resolve_attention_specs(cfg.precision, cfg.model.n_layers)
+    _validate_model(cfg.model, specs)
+    _validate_train(cfg, world_size)
+    validate_schedule(cfg.schedule, cfg.train.steps)
+    _validate_data(cfg.data)
+    _validate_run(cfg, world_size)
+    return specs

@@ -1,0 +1,45 @@
+"""`flamia-train` entry point: compose (Hydra) → validate → build → train → close."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from flamia_train import parallel
+from flamia_train.config import register_configs, to_dataclass, validate
+from flamia_train.errors import FlamiaError
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+def main(dict_cfg: DictConfig) -> None:
+    from flamia_train.build import build_run
+    from flamia_train.trainer import Trainer
+
+    run = summary = None
+    try:
+        cfg = to_dataclass(dict_cfg)
+        specs = validate(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        env = parallel.init_distributed(cfg.parallel.device)
+        run = build_run(cfg, env, specs)
+        summary = Trainer(run).fit()
+        if cfg.checkpoint.export_safetensors:
+            run.export()
+        if env.is_main:
+            print(f"final step={summary['step']} heldout_loss={summary['heldout_loss']:.4f} "
+                  f"tokens_per_s={summary['tokens_per_s']:.0f}", flush=True)
+    except FlamiaError as err:
+        print(f"flamia-train: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    finally:
+        if run is not None:
+            run.close(summary)
+        parallel.shutdown()
+
+
+if __name__ == "__main__":
+    main()

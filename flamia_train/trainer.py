@@ -1,0 +1,165 @@
+"""The training loop: gradient accumulation, clipping, evaluation, logging and checkpoints.
+
+The loop knows no parallelism and no formats: `build.build_run` hands it a model that is
+already sharded and a loader that already yields this rank's rows. One optimizer step
+consumes `tokens_per_step` tokens over all ranks (micro-batches × accumulation × ranks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from flamia_train import parallel
+from flamia_train.metrics import Throughput, mfu, peak_memory_bytes
+
+if TYPE_CHECKING:
+    from flamia_train.build import Run
+
+
+@dataclass
+class TrainConfig:
+    """Optimizer, batch and loop settings (the `train:` node)."""
+
+    steps: int = 200  # optimizer steps in the whole run
+    seq_len: int = 256  # tokens per row; a multiple of the attention block
+    micro_batch_size: int = 8  # rows per rank per forward/backward
+    tokens_per_step: int = 0  # global tokens per optimizer step; 0 = one micro-batch on every rank
+    lr: float = 3e-3  # peak learning rate (after warm-up)
+    weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only, not norms/embeddings)
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.95  # AdamW beta2
+    eps: float = 1e-8  # AdamW epsilon
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    eval_interval: int = 100  # evaluate held-out loss every N steps (and at 0 and the end); 0 = only at the end
+    eval_batches: int = 8  # micro-batches per held-out evaluation (the same ones every time)
+    seed: int = 1234  # seeds weights and every rank's RNG
+
+
+class TrainState:
+    """The loop's own resumable counters."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.tokens_seen = 0
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "tokens_seen": self.tokens_seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
+
+
+def grad_accumulation_steps(cfg: TrainConfig, world_size: int) -> int:
+    """Micro-batches per rank per optimizer step (validate() checked divisibility)."""
+    micro_tokens = cfg.micro_batch_size * cfg.seq_len * world_size
+    return max(1, cfg.tokens_per_step // micro_tokens) if cfg.tokens_per_step else 1
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss in fp32. logits [B, S, V], targets [B, S]."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+class Trainer:
+    """Runs `cfg.train.steps` optimizer steps on a built `Run`, from its resumed state."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.cfg = run.cfg.train
+        self.accum = grad_accumulation_steps(self.cfg, run.env.world_size)
+        self.tokens_per_step = self.accum * self.cfg.micro_batch_size * self.cfg.seq_len * run.env.world_size
+        self.throughput = Throughput()
+        self.last_eval: float = math.nan
+
+    # -- one step ----------------------------------------------------------------------------
+    def _batch(self, loader):
+        inputs, targets = loader.next_batch()
+        device = self.run.env.device
+        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+    def train_step(self, step: int) -> dict:
+        run, cfg = self.run, self.cfg
+        lr = run.lr_schedule.lr_at(step)
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=run.env.device)
+        for _ in range(self.accum):
+            inputs, targets = self._batch(run.train_loader)
+            loss = cross_entropy(run.model(inputs), targets) / self.accum
+            loss.backward()
+            loss_sum += loss.detach()
+        if cfg.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns a DTensor
+            grad_norm = grad_norm.full_tensor()
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        return {"loss": parallel.all_reduce_mean(loss_sum).item(), "lr": lr, "grad_norm": grad_norm.item()}
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean held-out loss over the same `eval_batches` micro-batches every time."""
+        run = self.run
+        run.heldout_loader.load_state_dict(run.heldout_start)
+        run.model.eval()
+        total = torch.zeros((), device=run.env.device)
+        for _ in range(self.cfg.eval_batches):
+            inputs, targets = self._batch(run.heldout_loader)
+            total += cross_entropy(run.model(inputs), targets)
+        run.model.train()
+        self.last_eval = parallel.all_reduce_mean(total / max(1, self.cfg.eval_batches)).item()
+        return self.last_eval
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _should_eval(self, step: int) -> bool:
+        every = self.cfg.eval_interval
+        return self.cfg.eval_batches > 0 and (step == self.cfg.steps or (every > 0 and step % every == 0))
+
+    def fit(self) -> dict:
+        run, state = self.run, self.run.state
+        if state.step == 0 and self.cfg.eval_batches > 0:
+            run.logger.log({"eval/loss": self.evaluate()}, step=0)
+        peak = run.peak_flops
+        start_step = state.step
+        while state.step < self.cfg.steps:
+            t0 = time.perf_counter()
+            metrics = self.train_step(state.step)
+            state.step += 1
+            state.tokens_seen += self.tokens_per_step
+            self.throughput.update(self.tokens_per_step, time.perf_counter() - t0)
+            tps = self.throughput.tokens_per_s()
+            metrics.update(
+                tokens_per_s=tps,
+                mfu=mfu(run.flops_per_token, tps, peak) if tps else None,
+                peak_memory_gb=peak_memory_bytes(run.env.device) / 2**30,
+                tokens_seen=state.tokens_seen,
+            )
+            if not math.isfinite(metrics["loss"]):
+                raise FloatingPointError(f"loss became {metrics['loss']} at step {state.step}")
+            if self._should_eval(state.step):
+                metrics["eval/loss"] = self.evaluate()
+            if state.step % run.cfg.logger.log_interval == 0 or "eval/loss" in metrics:
+                run.logger.log({k: v for k, v in metrics.items() if v is not None}, step=state.step)
+            run.progress.update(state.step, metrics)
+            interval = run.cfg.checkpoint.interval
+            if interval and state.step % interval == 0 and state.step < self.cfg.steps:
+                run.save_checkpoint()
+        if state.step > start_step:  # the final state, unless this process ran no step (already done)
+            run.save_checkpoint()
+        return self.summary()
+
+    def summary(self) -> dict:
+        return {
+            "step": self.run.state.step,
+            "heldout_loss": self.last_eval,
+            "tokens_per_s": self.throughput.tokens_per_s() or 0.0,
+            "tokens_seen": self.run.state.tokens_seen,
+        }
