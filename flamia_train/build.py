@@ -83,6 +83,10 @@ class Run:
     rng: RNGState = field(default_factory=RNGState)
     resumed_from: Path | None = None
 
+    @property
+    def metrics_path(self) -> Path:
+        return Path(self.cfg.run_dir) / "metrics.jsonl"
+
     def _meta(self) -> dict:
         return {
             "step": self.state.step,

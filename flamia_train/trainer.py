@@ -7,6 +7,7 @@ consumes `tokens_per_step` tokens over all ranks (micro-batches × accumulation 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -119,6 +120,16 @@ class Trainer:
         return self.last_eval
 
     # -- the loop ----------------------------------------------------------------------------
+    def _record(self, metrics: dict, step: int) -> None:
+        """Log to the metric logger and append to run_dir/metrics.jsonl (rank 0), the local record."""
+        clean = {k: v for k, v in metrics.items() if v is not None}
+        self.run.logger.log(clean, step=step)
+        if self.run.env.is_main:
+            with open(self.run.metrics_path, "a") as f:
+                f.write(json.dumps({"step": step, **clean}) + "\n")
+            if "eval/loss" in clean:
+                print(f"eval step={step} heldout_loss={clean['eval/loss']:.6f}", flush=True)
+
     def _should_eval(self, step: int) -> bool:
         every = self.cfg.eval_interval
         return self.cfg.eval_batches > 0 and (step == self.cfg.steps or (every > 0 and step % every == 0))
@@ -126,7 +137,7 @@ class Trainer:
     def fit(self) -> dict:
         run, state = self.run, self.run.state
         if state.step == 0 and self.cfg.eval_batches > 0:
-            run.logger.log({"eval/loss": self.evaluate()}, step=0)
+            self._record({"eval/loss": self.evaluate()}, step=0)
         peak = run.peak_flops
         start_step = state.step
         while state.step < self.cfg.steps:
@@ -147,7 +158,7 @@ class Trainer:
             if self._should_eval(state.step):
                 metrics["eval/loss"] = self.evaluate()
             if state.step % run.cfg.logger.log_interval == 0 or "eval/loss" in metrics:
-                run.logger.log({k: v for k, v in metrics.items() if v is not None}, step=state.step)
+                self._record(metrics, state.step)
             run.progress.update(state.step, metrics)
             interval = run.cfg.checkpoint.interval
             if interval and state.step % interval == 0 and state.step < self.cfg.steps:
