@@ -1,0 +1,333 @@
+"""Triton quantization pre-pass: the bytes and scales of `formats`, bit for bit, in one read of x.
+
+Public functions mirror `formats` (same names, same outputs, same errors):
+per-token fp8 (optionally also writing the fp8 bytes transposed, [..., D, S],
+for Hopper's K-major FP8 wgmma operands), token-block fp8, MXFP8 and NVFP4.
+
+Bit-exactness does not rely on any backend's float conversions: the
+interpreter's fp8 cast truncates ties and GPU division `/` is approximate.
+So every scale uses IEEE division (`tl.math.div_rn`), amaxes are integer
+maxima over the fp32 bit patterns (exact and NaN-propagating on every
+backend), and E4M3 / E2M1 / E8M0 codes are built with integer arithmetic.
+The fp8 outputs are written through uint8 views.
+
+Fallback: when Triton cannot run on the tensor (not importable, or a CPU
+tensor without TRITON_INTERPRET=1; see `_triton_env`), or a token block is not
+a power of two, these functions return `formats`' results (identical bytes).
+Known limit: a GPU that flushes fp32 subnormals may differ on MX blocks whose
+amax is itself below ~2^-117 (the test `test_quantize.py -m gpu` shows it).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import formats as F
+from ._triton_env import HAS_TRITON, INTERPRET, can_run_triton
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _abs_bits(x):
+        """fp32 -> int32 bit pattern with the sign cleared (orders like |x|; NaN is largest)."""
+        return x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+    @triton.jit
+    def _clamp_tiny(amax, TINY: tl.constexpr):
+        """max(amax, TINY) that keeps NaN (hardware max would drop it)."""
+        return tl.where(amax < TINY, TINY, amax)
+
+    @triton.jit
+    def _e4m3_bits(v):
+        """fp32 -> E4M3 (fn) byte as int32: nearest-even, saturating at ±448, NaN -> 0x7F | sign."""
+        bits = v.to(tl.int32, bitcast=True)
+        sign = (bits >> 24) & 0x80
+        a = bits & 0x7FFFFFFF
+        # normal range [2^-6, 448]: drop 20 mantissa bits with round-half-even, rebias 127 -> 7
+        normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - (120 << 3)
+        # below 2^-6: count units of 2^-9, m * 2^(E - 150) / 2^-9 = m >> (141 - E), rounded half-even
+        shift = tl.minimum(tl.maximum(141 - (a >> 23), 1), 30)
+        m = (a & 0x7FFFFF) | 0x800000
+        q = m >> shift
+        rem = m & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        q += ((rem > half) | ((rem == half) & ((q & 1) == 1))).to(tl.int32)
+        byte = tl.where(a < (121 << 23), q, normal)
+        byte = tl.where(a > 0x43E00000, 0x7E, byte)  # above 448 (incl. Inf): saturate
+        byte = tl.where(a > 0x7F800000, 0x7F, byte)  # NaN
+        return byte | sign
+
+    @triton.jit
+    def _e4m3_to_f32(byte):
+        """Non-negative E4M3 byte (int32) -> fp32, exact; 0x7F -> NaN."""
+        exp = (byte >> 3) & 0xF
+        man = byte & 7
+        normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)
+        val = tl.where(exp == 0, man.to(tl.float32) * 0.001953125, normal)
+        return tl.where((byte & 0x7F) == 0x7F, float("nan"), val)
+
+    @triton.jit
+    def _e2m1_code(v, u, STOCHASTIC: tl.constexpr):
+        """fp32 -> 4-bit E2M1 code (int32), as formats.e2m1_codes: lo grid point + round-up bit."""
+        a = tl.abs(v)
+        lo = ((a >= 0.5).to(tl.int32) + (a >= 1.0).to(tl.int32) + (a >= 1.5).to(tl.int32)
+              + (a >= 2.0).to(tl.int32) + (a >= 3.0).to(tl.int32) + (a >= 4.0).to(tl.int32)
+              + (a >= 6.0).to(tl.int32))
+        lo_val = tl.where(lo < 4, lo.to(tl.float32) * 0.5,
+                          tl.where(lo == 4, 2.0, tl.where(lo == 5, 3.0, tl.where(lo == 6, 4.0, 6.0))))
+        step = tl.where(lo < 4, 0.5, tl.where(lo < 6, 1.0, 2.0))
+        rest = a - lo_val  # exact: lo <= a <= 2 lo
+        if STOCHASTIC:
+            up = u * step < rest
+        else:
+            up = (rest > step * 0.5) | ((rest == step * 0.5) & ((lo & 1) == 1))
+        code = lo + (up & (lo < 7)).to(tl.int32)
+        return code | tl.where(v < 0, 8, 0)
+
+    @triton.jit
+    def _fp8_tokens_kernel(
+        X, X8, X8T, Scale, S, D,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        PER_BLOCK: tl.constexpr, WRITE_T: tl.constexpr,
+    ):
+        """One program: BLOCK_S tokens × D of one [S, D] slice; a scale per token or per tile."""
+        pid_s = tl.program_id(0)
+        bh = tl.program_id(1).to(tl.int64)
+        offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = (offs_s[:, None] < S) & (offs_d[None, :] < D)
+        offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]  # (BLOCK_S, BLOCK_D)
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        if PER_BLOCK:
+            amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
+            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
+            tl.store(Scale + bh * tl.cdiv(S, BLOCK_S) + pid_s, scale)
+            v = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D)))
+        else:
+            amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+            tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
+            v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D)))
+        byte = _e4m3_bits(v).to(tl.uint8)
+        tl.store(X8 + offs, byte, mask=mask)
+        if WRITE_T:  # the same bytes, [D, S]: K-major operand for the token-contracting products
+            offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
+            tl.store(X8T + offs_t, tl.trans(byte), mask=tl.trans(mask))
+
+    @triton.jit
+    def _mxfp8_kernel(
+        X, X8, Codes, R, NB,
+        BLOCK_R: tl.constexpr, NB_P2: tl.constexpr, BLK: tl.constexpr,
+    ):
+        """One program: BLOCK_R rows × NB blocks of BLK elements; E8M0 exponent rounded up."""
+        rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+        nb = tl.arange(0, NB_P2)
+        j = tl.arange(0, BLK)
+        mask2 = (rows[:, None] < R) & (nb[None, :] < NB)  # (BLOCK_R, NB_P2)
+        mask = mask2[:, :, None]
+        offs = rows[:, None, None] * (NB * BLK) + nb[None, :, None] * BLK + j[None, None, :]
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        amax_bits = tl.max(_abs_bits(x), axis=2)  # (BLOCK_R, NB_P2)
+        biased = amax_bits >> 23
+        e = biased - (127 + 8) + ((amax_bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+        e = tl.minimum(tl.maximum(tl.where(biased == 0, -127, e), -127), 127)
+        code = tl.where(biased == 0xFF, 255, e + 127)
+        # 2^-e from bits (exact); e = 127 would need the one subnormal power, 2^-127
+        inv = tl.where(e == 127, 0x400000, (127 - e) << 23).to(tl.float32, bitcast=True)
+        inv = tl.where(code == 255, float("nan"), inv)
+        v = x * inv[:, :, None]  # a power of two: exact
+        tl.store(X8 + offs, _e4m3_bits(v).to(tl.uint8), mask=mask)
+        tl.store(Codes + rows[:, None] * NB + nb[None, :], code.to(tl.uint8), mask=mask2)
+
+    @triton.jit
+    def _nvfp4_kernel(
+        X, Noise, Glob, Codes, BScale, R, NB,
+        TINY: tl.constexpr, BLOCK_R: tl.constexpr, NB_P2: tl.constexpr, HALF: tl.constexpr,
+        GLOBAL_PER_ROW: tl.constexpr, STOCHASTIC: tl.constexpr,
+    ):
+        """One program: BLOCK_R rows × NB blocks of 2*HALF elements, split into even/odd halves
+        so that the two codes of a byte come out of one tile position."""
+        rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+        nb = tl.arange(0, NB_P2)
+        j = tl.arange(0, HALF)
+        mask2 = (rows[:, None] < R) & (nb[None, :] < NB)  # (BLOCK_R, NB_P2)
+        mask = mask2[:, :, None]
+        block_start = rows[:, None, None] * (NB * 2 * HALF) + nb[None, :, None] * (2 * HALF)
+        offs_even = block_start + 2 * j[None, None, :]
+        x_even = tl.load(X + offs_even, mask=mask, other=0.0).to(tl.float32)
+        x_odd = tl.load(X + offs_even + 1, mask=mask, other=0.0).to(tl.float32)
+        amax_bits = tl.maximum(tl.max(_abs_bits(x_even), axis=2), tl.max(_abs_bits(x_odd), axis=2))
+        if GLOBAL_PER_ROW:  # the causally safe global scale: this token's amax
+            row_amax = tl.max(amax_bits, axis=1).to(tl.float32, bitcast=True)
+            glob = tl.math.div_rn(_clamp_tiny(row_amax, TINY), tl.full((BLOCK_R,), 2688.0, tl.float32))
+            tl.store(Glob + rows, glob, mask=rows < R)
+        else:
+            glob = tl.load(Glob + rows, mask=rows < R, other=1.0)
+        glob2 = tl.broadcast_to(glob[:, None], (BLOCK_R, NB_P2))
+        bs = tl.math.div_rn(tl.math.div_rn(amax_bits.to(tl.float32, bitcast=True),
+                                           tl.full((BLOCK_R, NB_P2), 6.0, tl.float32)), glob2)
+        bs = tl.where(amax_bits >= 0x7F800000, float("nan"), bs)  # Inf/NaN in the block: NaN scale
+        bs_byte = _e4m3_bits(bs)
+        denom = _e4m3_to_f32(bs_byte) * glob2
+        zero = denom[:, :, None] == 0  # zero block scale: zero elements (and no 0/0)
+        denom3 = tl.broadcast_to(tl.where(zero, 1.0, denom[:, :, None]), (BLOCK_R, NB_P2, HALF))
+        v_even = tl.where(zero, 0.0, tl.math.div_rn(x_even, denom3))
+        v_odd = tl.where(zero, 0.0, tl.math.div_rn(x_odd, denom3))
+        u_even = 0.0
+        u_odd = 0.0
+        if STOCHASTIC:
+            u_even = tl.load(Noise + offs_even, mask=mask, other=0.0)
+            u_odd = tl.load(Noise + offs_even + 1, mask=mask, other=0.0)
+        packed = _e2m1_code(v_even, u_even, STOCHASTIC) | (_e2m1_code(v_odd, u_odd, STOCHASTIC) << 4)
+        offs_codes = rows[:, None, None] * (NB * HALF) + nb[None, :, None] * HALF + j[None, None, :]
+        tl.store(Codes + offs_codes, packed.to(tl.uint8), mask=mask)
+        tl.store(BScale + rows[:, None] * NB + nb[None, :], bs_byte.to(tl.uint8), mask=mask2)
+
+
+def _rows_per_program(row_elems: int) -> int:
+    """Rows in one program's tile: big tiles under the interpreter (per-program overhead
+    dominates there), ~4K elements on the GPU (a memory-bound pass; keeps registers low)."""
+    target = 16384 if INTERPRET else 4096
+    return max(1, min(256, triton.next_power_of_2(max(1, target // row_elems))))
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool):
+    """Launch the fp8 kernel on x [..., S, D]; block None = per token, else per token block."""
+    x = x.contiguous()
+    seq, dim = x.shape[-2], x.shape[-1]
+    bh = x.numel() // max(1, seq * dim)
+    x8 = torch.empty(x.shape, dtype=F.FP8_DTYPE, device=x.device)
+    x8t = torch.empty((*x.shape[:-2], dim, seq), dtype=F.FP8_DTYPE, device=x.device) if transposed else x8
+    block_d = triton.next_power_of_2(dim)
+    if block is None:
+        scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+        block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
+    else:
+        scale = torch.empty((*x.shape[:-2], seq // block, 1, 1), dtype=torch.float32, device=x.device)
+        block_s = block
+    if x.numel():
+        grid = (triton.cdiv(seq, block_s), bh)
+        _fp8_tokens_kernel[grid](
+            x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, seq, dim,
+            TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
+            PER_BLOCK=block is not None, WRITE_T=transposed, num_warps=4,
+        )
+    return (x8, scale, x8t) if transposed else (x8, scale)
+
+
+def _fallback_transposed(x8: torch.Tensor, scale: torch.Tensor, transposed: bool):
+    return (x8, scale, x8.transpose(-1, -2).contiguous()) if transposed else (x8, scale)
+
+
+def quantize_fp8_per_token(x: torch.Tensor, transposed: bool = False):
+    """Per-token fp8 of x [..., S, D] (bf16/fp16/fp32), as `formats.quantize_fp8_per_token`.
+
+    Returns (x8 [..., S, D] float8_e4m3fn, scale [..., S, 1] fp32), plus with
+    `transposed` x8_t [..., D, S] contiguous: the same bytes, K-major.
+    """
+    if x.dim() < 2:
+        raise ValueError(f"per-token fp8 needs x of shape [..., S, D], got {tuple(x.shape)}")
+    if not can_run_triton(x):
+        return _fallback_transposed(*F.quantize_fp8_per_token(x), transposed)
+    return _fp8_tokens(x, None, transposed)
+
+
+def quantize_fp8_token_blocks(x: torch.Tensor, block: int, transposed: bool = False):
+    """Token-block fp8 of x [..., S, D], as `formats.quantize_fp8_token_blocks`.
+
+    Returns (x8 [..., S, D], scale [..., S // block, 1, 1] fp32), plus with
+    `transposed` x8_t [..., D, S]. ValueError if S % block; a block that is not
+    a power of two runs on the `formats` fallback.
+    """
+    F._token_block_view(x, block)  # same shape checks and errors as the ground truth
+    if not (can_run_triton(x) and _is_pow2(block)):
+        return _fallback_transposed(*F.quantize_fp8_token_blocks(x, block), transposed)
+    return _fp8_tokens(x, block, transposed)
+
+
+def quantize_mxfp8(x: torch.Tensor, block: int = F.MX_BLOCK):
+    """MXFP8 of x [..., N] along the last dim, as `formats.quantize_mxfp8`.
+
+    Returns (x8 [..., N] float8_e4m3fn, scale_e8m0 [..., N // block] uint8).
+    """
+    F._check_last_dim(x, block, "mxfp8")
+    if not (can_run_triton(x) and _is_pow2(block)):
+        return F.quantize_mxfp8(x, block)
+    x = x.contiguous()
+    nb = x.shape[-1] // block
+    rows = x.numel() // max(1, x.shape[-1])
+    x8 = torch.empty(x.shape, dtype=F.FP8_DTYPE, device=x.device)
+    codes = torch.empty((*x.shape[:-1], nb), dtype=torch.uint8, device=x.device)
+    if x.numel():
+        block_r = _rows_per_program(x.shape[-1])
+        _mxfp8_kernel[(triton.cdiv(rows, block_r),)](
+            x, x8.view(torch.uint8), codes, rows, nb,
+            BLOCK_R=block_r, NB_P2=triton.next_power_of_2(nb), BLK=block, num_warps=4,
+        )
+    return x8, codes
+
+
+def _nvfp4(x, block, glob_rows, global_scale, stochastic, generator):
+    """Launch the NVFP4 kernel; glob_rows None = per-row global computed in the kernel."""
+    x = x.contiguous()
+    nb = x.shape[-1] // block
+    rows = x.numel() // max(1, x.shape[-1])
+    codes = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=torch.uint8, device=x.device)
+    bscale = torch.empty((*x.shape[:-1], nb), dtype=F.FP8_DTYPE, device=x.device)
+    per_row = glob_rows is None
+    if per_row:
+        global_scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+        glob_rows = global_scale
+    noise = F.nvfp4_noise(x, generator) if stochastic else x
+    if x.numel():
+        block_r = _rows_per_program(x.shape[-1])
+        _nvfp4_kernel[(triton.cdiv(rows, block_r),)](
+            x, noise, glob_rows, codes, bscale.view(torch.uint8), rows, nb,
+            TINY=F.FP8_TINY, BLOCK_R=block_r, NB_P2=triton.next_power_of_2(nb), HALF=block // 2,
+            GLOBAL_PER_ROW=per_row, STOCHASTIC=stochastic, num_warps=4,
+        )
+    return F.NVFP4Tensor(codes, bscale, global_scale)
+
+
+def _nvfp4_checks(x: torch.Tensor, block: int) -> bool:
+    """Shape errors as formats; True if the Triton kernel can take this call."""
+    F._check_last_dim(x, block, "nvfp4")
+    if block % 2:
+        raise ValueError(f"nvfp4: block size {block} must be even (two codes per byte)")
+    return can_run_triton(x) and _is_pow2(block)
+
+
+def quantize_nvfp4(
+    x: torch.Tensor,
+    block: int = F.NVFP4_BLOCK,
+    global_scale: torch.Tensor | None = None,
+    stochastic: bool = False,
+    generator: torch.Generator | None = None,
+) -> F.NVFP4Tensor:
+    """NVFP4 of x [..., N], as `formats.quantize_nvfp4` (same noise draws when `stochastic`).
+
+    global_scale: fp32 broadcastable to x[..., :1], or None for the whole-tensor
+    amax (not causally safe for activations; see :func:`quantize_nvfp4_per_token`).
+    """
+    if not _nvfp4_checks(x, block):
+        return F.quantize_nvfp4(x, block, global_scale, stochastic, generator)
+    if global_scale is None:
+        global_scale = F.nvfp4_global_scale(x.abs().amax()).reshape((1,) * x.dim())
+    global_scale = global_scale.float()
+    glob_rows = global_scale.expand(*x.shape[:-1], 1).contiguous()
+    return _nvfp4(x, block, glob_rows, global_scale, stochastic, generator)
+
+
+def quantize_nvfp4_per_token(
+    x: torch.Tensor, block: int = F.NVFP4_BLOCK, stochastic: bool = False, generator=None
+) -> F.NVFP4Tensor:
+    """NVFP4 with the causally safe per-token global scale computed in the same pass,
+    as `formats.quantize_nvfp4_per_token`; global_scale [..., 1] fp32."""
+    if not _nvfp4_checks(x, block):
+        return F.quantize_nvfp4_per_token(x, block, stochastic, generator)
+    return _nvfp4(x, block, None, None, stochastic, generator)
