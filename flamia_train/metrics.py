@@ -1,0 +1,176 @@
+"""Training metrics: throughput, MFU, peak memory and the console progress bar.
+
+``MetricLogger`` / ``LoggerConfig`` (wandb or nothing) live in ``logger.py`` and
+are re-exported here, so ``metrics`` is the one import the trainer needs.
+
+MFU = achieved model FLOP/s / the device's dense peak for the precision in use,
+where achieved FLOP/s = ``flops_per_token`` (``GPT.flops_per_token``, forward +
+backward) x tokens/s. Both sides must count the same devices: per-device
+tokens/s against one device's peak.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TextIO
+
+import torch
+
+from flamia_train.logger import LoggerConfig, MetricLogger, validate_logger
+
+__all__ = [
+    "LoggerConfig", "MetricLogger", "validate_logger", "peak_flops", "mfu", "Throughput",
+    "peak_memory_bytes", "ProgressBar",
+]
+
+# Dense (no 2:4 sparsity) tensor-core peaks in FLOP/s from the vendors' datasheets, keyed by a
+# substring of torch.cuda.get_device_name(); the first match wins, so specific names come first.
+# MX formats run at their element type's rate; a format a GPU has no tensor cores for is absent.
+_PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("H100 PCIe", {"bf16": 756e12, "fp8": 1513e12}),
+    ("H100", {"bf16": 989e12, "fp8": 1979e12}),  # SXM / HBM3
+    ("H200", {"bf16": 989e12, "fp8": 1979e12}),
+    ("GH200", {"bf16": 989e12, "fp8": 1979e12}),
+    ("B200", {"bf16": 2250e12, "fp8": 4500e12, "mxfp8": 4500e12, "nvfp4": 9000e12}),
+    ("A100", {"bf16": 312e12}),
+]
+
+
+def peak_flops(device: torch.device, dtype: str = "bf16") -> float | None:
+    """Dense peak FLOP/s of ``device`` for ``dtype`` (bf16 | fp16 | fp8 | mxfp8 | nvfp4); None if unknown.
+
+    CPUs and GPUs missing from the table return None and MFU is reported as n/a
+    rather than against a made-up number.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    dtype = "bf16" if dtype == "fp16" else dtype  # same tensor-core rate on every GPU listed
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in _PEAKS:
+        if key in name:
+            return peaks.get(dtype)
+    return None
+
+
+def mfu(flops_per_token: float, tokens_per_s: float | None, peak: float | None) -> float | None:
+    """Model FLOP utilisation in [0, 1] (a fraction, not percent); None when any input is unknown."""
+    if peak is None or peak <= 0 or tokens_per_s is None:
+        return None
+    return flops_per_token * tokens_per_s / peak
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this process in bytes: CUDA allocator peak on a GPU, max RSS on the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource  # POSIX only; imported here so importing metrics stays portable
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
+
+
+class Throughput:
+    """Tokens/s over the last ``window`` steps, ignoring the first ``warmup_steps`` (compilation, caches).
+
+    Rates are measured between step ends, so at least the first step is always
+    excluded (its start time is not known), even with ``warmup_steps=0``.
+    """
+
+    def __init__(self, window: int = 20, warmup_steps: int = 2,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.warmup_steps = warmup_steps
+        self.clock = clock
+        self._points: deque[tuple[float, int]] = deque(maxlen=window + 1)  # (time, cumulative tokens)
+        self._steps = 0
+        self._tokens = 0
+
+    def update(self, tokens: int) -> None:
+        """Call once per finished optimizer step with the tokens it processed (this rank or global)."""
+        self._steps += 1
+        if self._steps < self.warmup_steps:
+            return
+        # The point taken at the end of the last warm-up step is the window's first edge.
+        self._tokens += tokens if self._points else 0
+        self._points.append((self.clock(), self._tokens))
+
+    def tokens_per_s(self) -> float | None:
+        """Tokens per second over the window; None until two steps after warm-up have finished."""
+        if len(self._points) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._points[0], self._points[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _fmt_rate(tokens_per_s: float | None) -> str:
+    if tokens_per_s is None:
+        return "n/a"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if tokens_per_s >= scale:
+            return f"{tokens_per_s / scale:.1f}{suffix}"
+    return f"{tokens_per_s:.0f}"
+
+
+class ProgressBar:
+    """One console line on stderr (rank 0): step/total, loss, lr, tokens/s, MFU, ETA.
+
+    On a terminal the line is redrawn in place with ``\\r``; when stderr is a
+    file or pipe (CI, SLURM logs) a plain line is printed every ``every`` steps
+    and on the last step, so logs stay readable.
+    """
+
+    def __init__(self, total_steps: int, enabled: bool, stream: TextIO | None = None,
+                 every: int | None = None, clock: Callable[[], float] = time.monotonic):
+        self.total = total_steps
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = every or max(1, total_steps // 20)
+        self.clock = clock
+        self._start: tuple[float, int] | None = None  # (time, step) of the first update: ETA baseline
+        self._width = 0
+
+    def format(self, step: int, loss: float, lr: float, tokens_per_s: float | None, mfu: float | None) -> str:
+        """The bar's text for one step (no control characters)."""
+        now = self.clock()
+        if self._start is None:
+            self._start = (now, step)
+        t0, s0 = self._start
+        eta = "n/a" if step <= s0 else _fmt_duration((now - t0) / (step - s0) * (self.total - step))
+        width = len(str(self.total))
+        mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
+        return (f"step {step:>{width}}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
+                f"{_fmt_rate(tokens_per_s)} tok/s | MFU {mfu_text} | ETA {eta}")
+
+    def update(self, step: int, loss: float, lr: float, tokens_per_s: float | None = None,
+               mfu: float | None = None) -> None:
+        """Show ``step`` (1-based, finished steps)."""
+        if not self.enabled:
+            return
+        line = self.format(step, float(loss), float(lr), tokens_per_s, mfu)
+        if self.tty:
+            # Pad with spaces so a shorter line fully covers the previous one.
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = max(self._width, len(line))
+        elif step % self.every == 0 or step == self.total:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self, summary: dict[str, object] | None = None) -> None:
+        """End the bar and print one summary line (``key value`` pairs, floats to 4 significant digits)."""
+        if not self.enabled:
+            return
+        if self.tty and self._width:
+            self.stream.write("\n")
+        if summary:
+            parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()]
+            self.stream.write("done: " + " | ".join(parts) + "\n")
+        self.stream.flush()
