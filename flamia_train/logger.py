@@ -1,14 +1,12 @@
-"""Experiment logging: Weights & Biases (offline unless told otherwise) or nothing, plus a local JSONL record.
+"""Experiment tracking: Weights & Biases (offline unless told otherwise) or nothing.
 
-Every enabled logger appends each ``log`` call to ``run_dir/metrics.jsonl`` so a
-run without wandb still leaves its curve behind; with ``backend=wandb`` the same
-points go to a wandb run whose files live under ``run_dir/wandb`` (``wandb sync
+With ``backend=wandb`` a run's files live under ``run_dir/wandb`` (``wandb sync
 run_dir/wandb/offline-run-*`` uploads an offline run later). wandb is imported
-only when it is used, so ``logger=none`` never loads it.
+only when it is used, so ``logger=none`` never loads it. The local record of
+every step (``run_dir/metrics.jsonl``) is the trainer's, written for both backends.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,12 +61,7 @@ class MetricLogger:
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self._run = None
-        self._jsonl = None
-        if not enabled:
-            return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
-        if cfg.backend == "wandb":
+        if enabled and cfg.backend == "wandb":
             import wandb  # lazily: importing wandb costs seconds and logger=none must not need it
 
             self._run = wandb.init(
@@ -89,44 +82,24 @@ class MetricLogger:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Record scalar ``metrics`` (loss, lr, grad_norm, tokens_per_s, mfu, peak_mem_gib...) at ``step``."""
-        if not self.enabled:
-            return
-        self._jsonl.write(json.dumps({"step": step, **metrics}, default=_scalar) + "\n")
-        self._jsonl.flush()
         if self._run is not None:
             self._run.log(dict(metrics), step=step)
 
     def log_table(self, name: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A table logged once (e.g. the per-layer precision recipe at start-up)."""
-        if not self.enabled:
-            return
-        table = {"columns": columns, "rows": rows}
-        (self.run_dir / f"{name}.json").write_text(json.dumps(table, default=str))
         if self._run is not None:
             import wandb
 
             self._run.log({name: wandb.Table(columns=list(columns), data=[list(r) for r in rows])})
 
     def summary(self, values: dict[str, Any]) -> None:
-        """Final numbers of the run (held-out loss, tokens/s, ...): summary.json and wandb's summary."""
-        if not self.enabled:
-            return
-        path = self.run_dir / "summary.json"
-        previous = json.loads(path.read_text()) if path.exists() else {}
-        path.write_text(json.dumps({**previous, **values}, indent=2, default=_scalar))
+        """Final numbers of the run (held-out loss, tokens/s, ...) into the wandb run's summary."""
         if self._run is not None:
             self._run.summary.update(dict(values))
 
     def close(self) -> None:
-        """Flush and finish; safe to call twice."""
-        if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
+        """Finish the wandb run (files flushed); safe to call twice."""
         if self._run is not None:
             self._run.finish()
             self._run = None
 
-
-def _scalar(value: Any) -> Any:
-    # Tensors and numpy numbers reach the logger from the loop; JSON wants plain floats.
-    return value.item() if hasattr(value, "item") else str(value)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
 import torch
@@ -74,35 +74,34 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 class Throughput:
-    """Tokens/s over the last ``window`` steps, ignoring the first ``warmup_steps`` (compilation, caches).
-
-    Rates are measured between step ends, so at least the first step is always
-    excluded (its start time is not known), even with ``warmup_steps=0``.
-    """
+    """Tokens/s over the last ``window`` steps, ignoring the first ``warmup_steps`` (compilation, caches)."""
 
     def __init__(self, window: int = 20, warmup_steps: int = 2,
                  clock: Callable[[], float] = time.perf_counter):
         self.warmup_steps = warmup_steps
         self.clock = clock
-        self._points: deque[tuple[float, int]] = deque(maxlen=window + 1)  # (time, cumulative tokens)
+        self._window: deque[tuple[int, float]] = deque(maxlen=window)  # (tokens, seconds) per counted step
         self._steps = 0
-        self._tokens = 0
+        self._last: float | None = None
 
-    def update(self, tokens: int) -> None:
-        """Call once per finished optimizer step with the tokens it processed (this rank or global)."""
+    def update(self, tokens: int, seconds: float | None = None) -> None:
+        """Record one finished optimizer step: its tokens (this rank or global) and its duration.
+
+        Without ``seconds`` the duration is the clock time since the previous
+        call, so the very first step is never counted (its start is unknown).
+        """
+        now = self.clock()
+        if seconds is None and self._last is not None:
+            seconds = now - self._last
+        self._last = now
         self._steps += 1
-        if self._steps < self.warmup_steps:
-            return
-        # The point taken at the end of the last warm-up step is the window's first edge.
-        self._tokens += tokens if self._points else 0
-        self._points.append((self.clock(), self._tokens))
+        if self._steps > self.warmup_steps and seconds is not None:
+            self._window.append((tokens, seconds))
 
     def tokens_per_s(self) -> float | None:
-        """Tokens per second over the window; None until two steps after warm-up have finished."""
-        if len(self._points) < 2:
-            return None
-        (t0, n0), (t1, n1) = self._points[0], self._points[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else None
+        """Tokens per second over the window; None until a step after warm-up has been recorded."""
+        seconds = sum(s for _, s in self._window)
+        return sum(t for t, _ in self._window) / seconds if seconds > 0 else None
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -138,24 +137,25 @@ class ProgressBar:
         self._start: tuple[float, int] | None = None  # (time, step) of the first update: ETA baseline
         self._width = 0
 
-    def format(self, step: int, loss: float, lr: float, tokens_per_s: float | None, mfu: float | None) -> str:
-        """The bar's text for one step (no control characters)."""
+    def format(self, step: int, metrics: Mapping[str, float | None]) -> str:
+        """The bar's text for one step (no control characters); reads loss, lr, tokens_per_s, mfu."""
         now = self.clock()
         if self._start is None:
             self._start = (now, step)
         t0, s0 = self._start
         eta = "n/a" if step <= s0 else _fmt_duration((now - t0) / (step - s0) * (self.total - step))
-        width = len(str(self.total))
-        mfu_text = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
-        return (f"step {step:>{width}}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
-                f"{_fmt_rate(tokens_per_s)} tok/s | MFU {mfu_text} | ETA {eta}")
+        loss, lr, util = metrics.get("loss"), metrics.get("lr"), metrics.get("mfu")
+        return (f"step {step:>{len(str(self.total))}}/{self.total} | "
+                f"loss {'n/a' if loss is None else f'{float(loss):.4f}'} | "
+                f"lr {'n/a' if lr is None else f'{float(lr):.2e}'} | "
+                f"{_fmt_rate(metrics.get('tokens_per_s'))} tok/s | "
+                f"MFU {'n/a' if util is None else f'{100 * util:.1f}%'} | ETA {eta}")
 
-    def update(self, step: int, loss: float, lr: float, tokens_per_s: float | None = None,
-               mfu: float | None = None) -> None:
-        """Show ``step`` (1-based, finished steps)."""
+    def update(self, step: int, metrics: Mapping[str, float | None]) -> None:
+        """Show finished ``step`` (1-based) with the trainer's metrics dict (missing keys print n/a)."""
         if not self.enabled:
             return
-        line = self.format(step, float(loss), float(lr), tokens_per_s, mfu)
+        line = self.format(step, metrics)
         if self.tty:
             # Pad with spaces so a shorter line fully covers the previous one.
             self.stream.write("\r" + line.ljust(self._width))
