@@ -25,7 +25,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed._composable import checkpoint as checkpoint_module
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -191,16 +191,27 @@ def _selective_policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _apply_activation_checkpointing(block: nn.Module, mode: str) -> None:
-    # The composable API works through hooks, so parameter names (and checkpoints) do not change.
+def _apply_activation_checkpointing(block: nn.Module, mode: str) -> nn.Module:
+    """The block wrapped for recomputation (or itself for "none").
+
+    A wrapper module, not the hook-based composable API: FSDP's hooks then sit outside the
+    recomputed region and torch.compile traces the checkpoint. Parameter names gain a
+    `_checkpoint_wrapped_module.` level; state_dict() and DCP's get_model_state_dict strip it.
+    """
+    if mode == "none":
+        return block
     if mode == "full":
-        checkpoint_module(block)
-    elif mode == "selective":
-        checkpoint_module(block, context_fn=partial(create_selective_checkpoint_contexts, _selective_policy))
+        return checkpoint_wrapper(block, preserve_rng_state=False)
+    policy = partial(create_selective_checkpoint_contexts, _selective_policy)
+    return checkpoint_wrapper(block, preserve_rng_state=False, context_fn=policy)
 
 
 def parallelize(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.Module:
     """Apply activation checkpointing → torch.compile → FSDP2 to each block, then FSDP2 to the root.
+
+    Without checkpointing, parameter names stay the model's own; with it, each block sits
+    in a checkpoint wrapper (see _apply_activation_checkpointing) and attribute access
+    such as `model.layers[i].attention` still reaches the block.
 
     `model` needs a `layers` ModuleList of blocks (GPT has one). Works on a model on
     `meta` (then `to_empty()` + `init_weights()`, see the module docstring) or on one
@@ -209,16 +220,12 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.M
     Returns the same module, modified in place.
     """
     validate_parallel(cfg, mesh.size())
-    dtypes = dict(param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype])
-    # Blocks receive activations already in param_dtype (the embedding's output), so they skip
-    # FSDP's input cast: that cast would also rerun inside a selective-checkpoint recompute,
-    # where its profiler op has no saved counterpart and the recompute fails.
-    block_mp = MixedPrecisionPolicy(**dtypes, cast_forward_inputs=False)
-    for block in model.layers:
-        _apply_activation_checkpointing(block, cfg.activation_checkpoint)
+    mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype])
+    for i, block in enumerate(model.layers):
+        block = model.layers[i] = _apply_activation_checkpointing(block, cfg.activation_checkpoint)
         if cfg.compile:
             block.compile()  # in place: parameter names stay those of the eager block
-        fully_shard(block, mesh=mesh, mp_policy=block_mp)
+        fully_shard(block, mesh=mesh, mp_policy=mp)
     # The root group holds the embedding, final norm and LM head (one shared tensor when tied).
-    fully_shard(model, mesh=mesh, mp_policy=MixedPrecisionPolicy(**dtypes))
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
