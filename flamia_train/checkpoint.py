@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -42,6 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.optim import Optimizer
 
 from flamia_train.errors import CheckpointError
 
@@ -178,6 +180,15 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+def _torch_load(file: Path) -> dict:
+    try:
+        # Our own files: numpy RNG states and loader state are refused by the weights-only unpickler.
+        return torch.load(file, weights_only=False)
+    except Exception as err:  # a damaged pickle fails in many ways
+        raise CorruptCheckpointError(f"checkpoint {file.parent}: unreadable {file.name} ({_why(err)})") \
+            from None
+
+
 def _jsonable(value: Any) -> Any:
     # What json.dump writes and json.load reads back; comparing through it ignores tuple/list etc.
     return json.loads(json.dumps(value, default=str))
@@ -205,15 +216,8 @@ class CheckpointManager:
     (a plain dict) is stored in meta.json and compared on load.
     """
 
-    def __init__(
-        self,
-        cfg: CheckpointConfig,
-        run_dir: Path,
-        rank: int,
-        world_size: int,
-        barrier: Callable[[], None],
-        model_config: dict | None = None,
-    ):
+    def __init__(self, cfg: CheckpointConfig, run_dir: Path, rank: int, world_size: int,
+                 barrier: Callable[[], None], model_config: dict | None = None):
         self.cfg, self.rank, self.world_size, self._barrier = cfg, rank, world_size, barrier
         self.dir = Path(run_dir) / "checkpoints"
         self.model_config = model_config
@@ -246,21 +250,10 @@ class CheckpointManager:
     def step_dir(self, step: int) -> Path:
         return self.dir / f"step_{step:08d}"
 
-    def should_save(self, step: int) -> bool:
-        """True on every ``interval``-th step (never when interval is 0)."""
-        return self.cfg.interval > 0 and step > 0 and step % self.cfg.interval == 0
-
     # -- save
 
-    def save(
-        self,
-        step: int,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer | None,
-        app_state: dict[str, Stateful],
-        meta: dict,
-        per_rank: dict[str, Stateful] | None = None,
-    ) -> Path:
+    def save(self, step: int, model: nn.Module, optimizer: Optimizer | None, app_state: dict[str, Stateful],
+             meta: dict, per_rank: dict[str, Stateful] | None = None) -> Path:
         """Write checkpoint ``step`` atomically and prune old ones; returns its final path."""
         final = self.step_dir(step)
         if final.exists():
@@ -361,15 +354,8 @@ class CheckpointManager:
 
     # -- load
 
-    def load(
-        self,
-        path: Path,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer | None,
-        app_state: dict[str, Stateful],
-        per_rank: dict[str, Stateful] | None = None,
-        model_config: dict | None = None,
-    ) -> dict:
+    def load(self, path: Path, model: nn.Module, optimizer: Optimizer | None, app_state: dict[str, Stateful],
+             per_rank: dict[str, Stateful] | None = None, model_config: dict | None = None) -> dict:
         """Restore everything from checkpoint ``path``; returns its meta dict.
 
         Per-rank states come back only when the world size is unchanged;
@@ -397,8 +383,7 @@ class CheckpointManager:
         return meta
 
     def _load_extras(self, path: Path, meta: dict, app_state: dict, per_rank: dict) -> None:
-        # Our own files: they hold numpy RNG states and loader state that the weights-only unpickler refuses.
-        saved = torch.load(path / "app_state.pt", weights_only=False)
+        saved = _torch_load(path / "app_state.pt")
         for key, obj in app_state.items():
             if key not in saved:
                 raise CheckpointError(f"checkpoint {path}: app_state.pt has no '{key}' (has {sorted(saved)})")
@@ -406,7 +391,7 @@ class CheckpointManager:
         if not per_rank:
             return
         if meta.get("world_size") == self.world_size:
-            mine = torch.load(path / f"rank_{self.rank}.pt", weights_only=False)
+            mine = _torch_load(path / f"rank_{self.rank}.pt")
             for key, obj in per_rank.items():
                 if key in mine:
                     obj.load_state_dict(mine[key])
@@ -414,20 +399,14 @@ class CheckpointManager:
         if self.rank == 0:
             warnings.warn(f"checkpoint {path} was written by {meta.get('world_size')} ranks, this run has "
                           f"{self.world_size}: per-rank states ({', '.join(per_rank)}) are re-seeded, "
-                          "not restored",
-                          stacklevel=3)
+                          "not restored", stacklevel=3)
         for obj in per_rank.values():
             if hasattr(obj, "reseed"):
                 obj.reseed(int(meta["step"]))
 
-    def load_latest(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer | None,
-        app_state: dict[str, Stateful],
-        per_rank: dict[str, Stateful] | None = None,
-        model_config: dict | None = None,
-    ) -> dict | None:
+    def load_latest(self, model: nn.Module, optimizer: Optimizer | None, app_state: dict[str, Stateful],
+                    per_rank: dict[str, Stateful] | None = None,
+                    model_config: dict | None = None) -> dict | None:
         """Load the newest checkpoint that loads; corrupt ones are skipped with a warning (None: none found).
 
         A different model shape is not skipped: it raises, since an older
@@ -448,13 +427,13 @@ class CheckpointManager:
     # -- helpers shared by save/load/export
 
     @staticmethod
-    def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    def _dcp_state(model: nn.Module, optimizer: Optimizer | None) -> dict:
         if optimizer is None:
             return {"model": get_model_state_dict(model)}
         model_sd, optim_sd = get_state_dict(model, optimizer)
         return {"model": model_sd, "optim": optim_sd}
 
-    def export_safetensors(self, model: torch.nn.Module, path: Path) -> Path:
+    def export_safetensors(self, model: nn.Module, path: Path) -> Path:
         """Gather the full model state (collective) and write it with safetensors on rank 0.
 
         Tensors sharing storage (tied embeddings) are stored once; the aliases

@@ -236,3 +236,70 @@ def test_export_safetensors_round_trip_and_no_overwrite(tmp_path):
                                                   strict=True))
     with pytest.raises(CheckpointError, match="already exists"):
         mgr.export_safetensors(model, out)
+
+
+def _sharded_worker(rank: int, world: int, root: str) -> None:
+    """One FSDP2 rank: train, save, load into a fresh sharded model, export; rank 0 writes the reference."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    root_dir = Path(root)
+    dist.init_process_group("gloo", store=dist.FileStore(str(root_dir / "store"), world), rank=rank,
+                            world_size=world)
+
+    def build(seed: int):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in (model[0], model[2], model):
+            fully_shard(layer, mesh=mesh)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def full(model):
+        return {k: v.full_tensor() for k, v in model.state_dict().items()}
+
+    model, opt = build(seed=0)
+    for _ in range(2):
+        x = torch.randn(4, 16)  # each rank its own data, as under data parallelism
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    mgr = CheckpointManager(CheckpointConfig(), root_dir / "run", rank, world, dist.barrier, MODEL_CFG)
+    path = mgr.save(2, model, opt, {"loader": Counter(77)}, {}, {"rng": RNGState(seed=3, rank=rank)})
+    expected = full(model)
+
+    fresh, fresh_opt = build(seed=1)
+    loader = Counter()
+    mgr.load(path, fresh, fresh_opt, {"loader": loader}, {"rng": RNGState(seed=3, rank=rank)})
+    assert loader.position == 77
+    for key, value in full(fresh).items():
+        assert torch.equal(value, expected[key]), key
+    for p, q in zip(opt.param_groups[0]["params"], fresh_opt.param_groups[0]["params"], strict=True):
+        assert torch.equal(opt.state[p]["exp_avg"].full_tensor(), fresh_opt.state[q]["exp_avg"].full_tensor())
+    out = mgr.export_safetensors(fresh, root_dir / "model.safetensors")
+    if rank == 0:
+        exported = load_safetensors(out)
+        assert all(torch.equal(exported[k], v) for k, v in expected.items())
+        torch.save(expected, root_dir / "expected.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_fsdp2_two_ranks_round_trip_then_resume_on_one(tmp_path):
+    """2-rank FSDP2 save/load/export, then the same checkpoint resharded into a plain 1-process model."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_sharded_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    expected = torch.load(tmp_path / "expected.pt")
+    mgr = CheckpointManager(CheckpointConfig(), tmp_path / "run", 0, 1, dist.barrier, MODEL_CFG)
+    path = mgr.resolve("auto")
+    assert path.name == "step_00000002"
+    plain = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    loader = Counter()
+    with pytest.warns(UserWarning, match="2 ranks.*re-seeded"):
+        meta = mgr.load(path, plain, torch.optim.AdamW(plain.parameters()), {"loader": loader},
+                        {"rng": RNGState(seed=3, rank=0)})
+    assert meta["world_size"] == 2 and loader.position == 77
+    for key, value in plain.state_dict().items():
+        assert torch.equal(value, expected[key]), key
