@@ -66,6 +66,10 @@ class Tokenizer:
         return self._sp.bos_id()
 
     @property
+    def unk_id(self) -> int:
+        return self._sp.unk_id()
+
+    @property
     def pad_id(self) -> int:
         return self._sp.pad_id()
 
