@@ -257,6 +257,14 @@ class GPT(nn.Module):
         return self._rope_cache[key]
 
     # ---- weights -------------------------------------------------------------------------
+    def _apply(self, fn, recurse=True):
+        # nn.Module._apply swaps in a new Parameter when a tensor changes device type (e.g.
+        # meta -> cpu in to_empty()), giving the head and the embedding separate copies: re-tie.
+        super()._apply(fn, recurse)
+        if self.cfg.tie_embeddings and self.output.weight is not self.tok_embeddings.weight:
+            self.output.weight = self.tok_embeddings.weight
+        return self
+
     @torch.no_grad()
     def init_weights(self) -> None:
         """Initialise every parameter from the global RNG in a fixed order.
