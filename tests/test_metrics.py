@@ -169,3 +169,17 @@ def test_wandb_offline_files_and_stable_run_id(tmp_path, monkeypatch):
     assert resumed.run_id == run_id and resumed._run.id == run_id
     resumed.log({"loss": random.uniform(2, 5)}, step=2)
     resumed.close()
+
+
+@pytest.mark.parametrize("name,backend", [("wandb", "wandb"), ("none", "none")])
+def test_shipped_logger_yaml_matches_the_schema(name, backend):
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from flamia_train.logger import validate_logger
+
+    path = Path(__file__).parents[1] / "configs" / "logger" / f"{name}.yaml"
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LoggerConfig), OmegaConf.load(path)))
+    validate_logger(cfg)
+    assert cfg.backend == backend and cfg.mode in ("offline", "disabled")

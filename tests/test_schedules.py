@@ -89,3 +89,14 @@ def test_bad_schedules_name_the_key(overrides, steps, key):
 def test_nonpositive_base_lr_rejected():
     with pytest.raises(ConfigError, match="train.lr"):
         LRSchedule(ScheduleConfig(warmup_steps=1), -1e-3, 10)
+
+
+def test_shipped_schedule_yaml_matches_the_schema():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    path = Path(__file__).parents[1] / "configs" / "schedule" / "fixed.yaml"
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ScheduleConfig), OmegaConf.load(path)))
+    validate_schedule(cfg, 1000)
+    assert cfg == ScheduleConfig()  # the preset spells out the defaults
