@@ -1,0 +1,131 @@
+"""Quantized attention operands: every tensor a FLAMIA product reads, as (values, per-token scale).
+
+One pre-pass turns Q, K, V (forward) and dO, O (backward) into `Operand`s that
+both the Triton kernels and `reference.attention` consume, so the two paths see
+the same bytes and scales by construction (the Triton pre-pass in `quantize`
+is bit-identical to `formats`, which the reference uses).
+
+Representation, for every format: ``x ≈ vals * scale[..., None]`` where
+
+- ``vals`` [..., S, D] holds the format's values without the per-token factor:
+  fp8 bytes (``fp8``, the tensor-core operand), or bf16 numbers that are the
+  format's dequantized values *exactly* (MXFP8: E4M3 × 2^e; NVFP4: E2M1 × E4M3
+  block scale), or the bf16 input itself (``bf16``);
+- ``scale`` [..., S] fp32 is one factor per token: the fp8 scale, the NVFP4
+  global scale, or 1. A token-block scale (the leaky variant) is stored the
+  same way, constant over each block, so the kernels need no second layout.
+
+Causal safety (FLAMIA.md): with safeguards on, every scale here is per token,
+so no token's quantization depends on another token. ``block`` (safeguards
+off) shares one scale over SEQ_BLOCK tokens: leaky, used only to prove that
+the tests catch a leak.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import formats as F
+
+
+@dataclass
+class Operand:
+    """One quantized operand: ``vals`` [..., S, D] (fp8 or bf16) and ``scale`` [..., S] fp32."""
+
+    vals: torch.Tensor
+    scale: torch.Tensor
+
+    def dequant(self) -> torch.Tensor:
+        """fp32 [..., S, D] = vals * scale."""
+        return self.vals.float() * self.scale[..., None]
+
+    def nbytes(self) -> int:
+        """Bytes held (values + scales), as saved for the backward."""
+        return self.vals.numel() * self.vals.element_size() + self.scale.numel() * self.scale.element_size()
+
+
+def _per_token(scale: torch.Tensor, seq: int, block: int | None) -> torch.Tensor:
+    """[..., S, 1] (per token) or [..., S // block, 1, 1] (per block) scale -> [..., S] fp32."""
+    if block is None:
+        return scale[..., 0].float().contiguous()
+    lead = scale.shape[:-3]
+    per_block = scale.reshape(*lead, seq // block, 1)
+    return per_block.expand(*lead, seq // block, block).reshape(*lead, seq).contiguous()
+
+
+def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
+    """amax over each block of `block` tokens × D, repeated per token: [..., S, 1] fp32."""
+    seq = x.shape[-2]
+    xb = F._token_block_view(x.float(), block)
+    amax = xb.abs().amax(dim=(-2, -1), keepdim=True)  # (..., S/block, 1, 1)
+    return amax.expand(*amax.shape[:-2], block, 1).reshape(*x.shape[:-2], seq, 1)
+
+
+def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None) -> Operand:
+    """Quantize x [..., S, D] (bf16) to `fmt` with `impl` (module `formats` or `quantize`).
+
+    block None: per-token scales (causally safe). block = n: one scale over n tokens
+    (leaky unless only ever read off the causal diagonal).
+    """
+    seq = x.shape[-2]
+    if fmt == "bf16":
+        return Operand(x.to(torch.bfloat16).contiguous(), torch.ones(x.shape[:-1], device=x.device))
+    if fmt == "fp8":
+        if block is None:
+            x8, scale = impl.quantize_fp8_per_token(x)
+        else:
+            x8, scale = impl.quantize_fp8_token_blocks(x, block)
+        return Operand(x8, _per_token(scale, seq, block))
+    if fmt == "mxfp8":
+        sb = None if block is None else F.fp8_scale(_block_amax(x, block))  # leaky pre-scale
+        xs = x if sb is None else x.float() / sb
+        vals = F.dequantize_mxfp8(*impl.quantize_mxfp8(xs)).to(torch.bfloat16)  # exact: E4M3 × 2^e
+        scale = torch.ones(x.shape[:-1], device=x.device) if sb is None else sb[..., 0].contiguous()
+        return Operand(vals, scale)
+    if fmt == "nvfp4":
+        if block is None:
+            glob = F.nvfp4_per_token_global_scale(x)
+        else:
+            glob = F.nvfp4_global_scale(_block_amax(x, block))
+        q = impl.quantize_nvfp4(x, F.NVFP4_BLOCK, glob)
+        unit = torch.ones_like(q.global_scale)
+        # E2M1 × E4M3 block scale, exact in bf16; the fp32 global stays the per-token factor.
+        vals = F.dequantize_nvfp4(F.NVFP4Tensor(q.codes, q.block_scale, unit)).to(torch.bfloat16)
+        return Operand(vals, glob[..., 0].float().contiguous())
+    raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(F._FORMATS)}")
+
+
+@dataclass
+class ForwardOperands:
+    """Q, K, V as the forward quantized them: the bytes the backward must reuse."""
+
+    q: Operand
+    k: Operand
+    v: Operand
+
+
+def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int) -> ForwardOperands:
+    """Quantize Q, K (spec.qk) and V (spec.pv). Safeguards off: token-block scales (leaky)."""
+    leak = None if safeguards else block
+    return ForwardOperands(
+        quantize_operand(q, spec.qk, impl, leak),
+        quantize_operand(k, spec.qk, impl, leak),
+        quantize_operand(v, spec.pv, impl, leak),
+    )
+
+
+def quantize_output(o: torch.Tensor, do_fmt: str, impl) -> Operand:
+    """O as saved for the backward, where its only use is delta = rowsum(dO ∘ O).
+
+    Stored in dO's precision class: bf16 when dO stays bf16 (the gradient then equals
+    autograd through the straight-through forward up to bf16 rounding), else per-token
+    fp8 (half the bytes; its ~3% element error moves delta, and so dQ/dK, by ~1%, below
+    the error dO's own quantization brings).
+    """
+    return quantize_operand(o, "bf16" if do_fmt == "bf16" else "fp8", impl)
+
+
+def backward_delta(do: Operand, o: Operand) -> torch.Tensor:
+    """delta [..., S] fp32 = rowsum(deq(dO) ∘ deq(O)): the softmax-Jacobian row term."""
+    return (do.dequant() * o.dequant()).sum(-1)

@@ -1,0 +1,207 @@
+"""FLAMIA attention in plain PyTorch: the same quantized math as the Triton kernels, the tests' oracle.
+
+Same quantizers (`formats`), same scale granularities, same P and dS quantization,
+same rounding points, vectorised over whole [S, S] score matrices (fast enough
+at S <= 512 on a CPU, which is where training falls back to it when Triton's
+interpreter is off). The math, one query row i, key j <= i (log2 units, c = sm_scale·log2 e):
+
+    s_ij  = (q8_i · k8_j) · (s_q[i]·c · s_k[j])            scores from the quantized Q, K
+    M_i   = ceil(max_j s_ij)                               integer row max (power-of-two rescales)
+    p_ij  = exp2(s_ij - M_i),  l_i = Σ_j p_ij               unquantized softmax numerator and sum
+    r_in  = max s_v[j] over key tile n, j <= i             V's per-token scale folded into P
+    x_ij  = p_ij · s_v[j] · (1 / r_in)  <= 1               then P quantized per `pv` (fp8: ×256)
+    O_i   = Σ_n r_in Σ_{j∈n} deq(x)_ij · v8_j / l_i
+
+Backward (straight-through for every quantizer; dO quantized per `do`, dS per `ds`):
+dV_j = (1/s_v[j]) Σ_i deq(x)_ij · bf16(dO_i · r_in / l_i); dP = dO·Vᵀ; dS = P ∘ (dP - delta)
+with P = p / l and delta = rowsum(dO ∘ O) from the fp8-saved O; dQ = sm_scale·Σ deq(dS∘s_k)·k8,
+dK = sm_scale·Σ deq(dSᵀ∘s_q)·q8 with dS quantized along each product's contraction axis.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as TF
+
+from . import formats as F
+from .attention_operands import ForwardOperands, Operand, backward_delta, prepare_forward, quantize_operand
+from .attention_operands import quantize_output as _quantize_output
+from .spec import SEQ_BLOCK, AttentionSpec
+
+LOG2E = 1.4426950408889634
+P_FP8_SCALE = 1.0 / 256.0  # fixed P scale: x in [0, 1] -> [0, 256] in E4M3, a power of two (exact)
+
+
+def p_nvfp4_global() -> torch.Tensor:
+    """Fixed NVFP4 global scale of P (x <= 1): formats' global for amax 1, as fp32."""
+    return F.nvfp4_global_scale(torch.tensor(1.0))
+
+
+def quant_rows(x: torch.Tensor, fmt: str, fixed: bool, tile: int = SEQ_BLOCK):
+    """Quantize x [..., R, C] along its last dim, as the kernels do one [R, tile] tile at a time.
+
+    fixed: P's scales (fp8 ×256, NVFP4 global of amax 1); else a scale per row and tile
+    (dS). Returns (vals, scale) with deq = vals * scale; vals exact in bf16 (or fp8).
+    """
+    if fmt == "bf16":
+        return x.to(torch.bfloat16).float(), 1.0
+    if fmt == "mxfp8":
+        return F.dequantize_mxfp8(*F.quantize_mxfp8(x)), 1.0
+    xt = x.unflatten(-1, (x.shape[-1] // tile, tile))  # (..., R, tiles, tile)
+    if fmt == "fp8":
+        if fixed:
+            return F.quantize_fp8(x, torch.tensor(P_FP8_SCALE)).float(), P_FP8_SCALE
+        x8, scale = F.quantize_fp8_per_token(xt)
+        return x8.float().flatten(-2), scale.expand(xt.shape).flatten(-2)
+    if fmt == "nvfp4":
+        if fixed:
+            glob = p_nvfp4_global().to(x.device).reshape((1,) * xt.dim())
+        else:
+            glob = F.nvfp4_per_token_global_scale(xt)
+        q = F.quantize_nvfp4(xt, F.NVFP4_BLOCK, glob)
+        vals = F.dequantize_nvfp4(F.NVFP4Tensor(q.codes, q.block_scale, torch.ones_like(glob))).flatten(-2)
+        return vals, (glob.item() if fixed else glob.expand(xt.shape).flatten(-2))
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _row_vmax(v_scale: torch.Tensor, seq_q: int, causal: bool, safe: bool, tile: int) -> torch.Tensor:
+    """r [..., Sq, Sk]: max of V's per-token scale over each key tile, only over keys <= i on the
+    diagonal tile when safe (leaky: the whole tile), repeated over the tile's keys."""
+    vt = v_scale.unflatten(-1, (v_scale.shape[-1] // tile, tile))  # (..., T, tile)
+    r = vt.amax(-1)[..., None, :].expand(*v_scale.shape[:-1], seq_q, vt.shape[-2]).clone()  # (..., Sq, T)
+    if causal and safe:
+        rows = torch.arange(seq_q, device=v_scale.device)
+        r[..., rows, rows // tile] = vt.cummax(-1).values.flatten(-2)[..., :seq_q]
+    return r.repeat_interleave(tile, dim=-1)
+
+
+class _Probs:
+    """The forward's probabilities, recomputed identically in the backward."""
+
+    def __init__(self, ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool,
+                 sm_scale: float, m: torch.Tensor | None = None, tile: int = SEQ_BLOCK):
+        group = ops.q.vals.shape[1] // ops.k.vals.shape[1]
+        self.kv = lambda t: t.repeat_interleave(group, dim=1)  # (B, Hkv, ...) -> (B, Hq, ...)
+        seq = ops.q.vals.shape[-2]
+        qs = ops.q.scale * (sm_scale * LOG2E)
+        s = ops.q.vals.float() @ self.kv(ops.k.vals).float().transpose(-1, -2)  # (B, H, Sq, Sk)
+        s = s * (qs[..., :, None] * self.kv(ops.k.scale)[..., None, :])
+        if causal:
+            s = s.masked_fill(~torch.ones(seq, seq, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+        self.m = s.amax(-1).ceil() if m is None else m
+        self.p = torch.exp2(s - self.m[..., None])
+        self.vs = self.kv(ops.v.scale)
+        self.r = _row_vmax(self.vs, seq, causal, safe, tile)
+        x = self.p * self.vs[..., None, :] * (1.0 / self.r)
+        self.xq, self.prs = quant_rows(x, spec.pv, fixed=True, tile=tile)
+
+
+def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool, sm_scale: float):
+    """(O fp32 [B, Hq, S, D], M, l [B, Hq, S]) from quantized operands."""
+    pr = _Probs(ops, spec, causal, safe, sm_scale)
+    l = pr.p.sum(-1)
+    o = ((pr.xq * (pr.r * pr.prs)) @ pr.kv(ops.v.vals).float()) / l[..., None]
+    return o, pr.m, l
+
+
+def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, l,
+                  causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK):
+    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, its M and l."""
+    pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile)
+    b, hq, seq, _ = ops.q.vals.shape
+    hkv = ops.k.vals.shape[1]
+    linv = 1.0 / l
+    # dV: dO rows carry the per-row, per-tile factor r·prs/l, rounded to bf16 as the kernel does.
+    w = (pr.r[..., ::tile] * pr.prs) * do.scale[..., None] * linv[..., None]  # (B, H, Sq, T)
+    dob = (do.vals.float()[..., :, None, :] * w[..., None]).to(torch.bfloat16).float()  # (B, H, Sq, T, D)
+    xq = pr.xq.unflatten(-1, (seq // tile, tile))  # (B, H, Sq, T, tile)
+    dv = torch.einsum("bhitk,bhitd->bhtkd", xq, dob).flatten(2, 3)  # (B, H, Sk, D)
+    dv = dv.unflatten(1, (hkv, hq // hkv)).sum(2) * (1.0 / ops.v.scale)[..., None]
+    # dS = P ∘ (dP - delta), P the unquantized softmax.
+    dp = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
+    dp = dp * (do.scale[..., :, None] * pr.vs[..., None, :])
+    ds = (pr.p * linv[..., None]) * (dp - delta[..., None])
+    yq, ys = quant_rows(ds * pr.kv(ops.k.scale)[..., None, :], spec.ds, fixed=False, tile=tile)
+    dq = ((yq * ys) @ pr.kv(ops.k.vals).float()) * sm_scale
+    yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False, tile=tile)
+    dk = ((yq * ys) @ ops.q.vals.float()).unflatten(1, (hkv, hq // hkv)).sum(2) * sm_scale
+    return dq, dk, dv
+
+
+def _lse(m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """Natural-log LSE of the scaled scores from the integer log2 max and the sum."""
+    return (m + torch.log2(l)) / LOG2E
+
+
+class _RefAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec, causal, safeguards):
+        sm_scale = 1.0 / math.sqrt(q.shape[-1])
+        ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
+        o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale)
+        o = o.to(q.dtype)
+        o_saved = _quantize_output(o, spec.do, F)
+        ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals, ops.v.scale,
+                              o_saved.vals, o_saved.scale, m, l)
+        ctx.cfg = (spec, causal, safeguards, sm_scale, q.dtype)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        qv, qs, kv, ks, vv, vs, ov, os_, m, l = ctx.saved_tensors
+        spec, causal, safeguards, sm_scale, dtype = ctx.cfg
+        ops = ForwardOperands(Operand(qv, qs), Operand(kv, ks), Operand(vv, vs))
+        do = quantize_operand(grad_o, spec.do, F)
+        delta = backward_delta(do, Operand(ov, os_))
+        dq, dk, dv = backward_math(ops, spec, do, delta, m, l, causal, safeguards, sm_scale)
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
+
+
+def _sdpa(q, k, v, causal: bool) -> torch.Tensor:
+    """Plain attention (the bf16 spec): SDPA with GQA expansion."""
+    return TF.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True) -> torch.Tensor:
+    """Differentiable reference FLAMIA attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] bf16 -> O bf16.
+
+    Inputs are assumed checked (`attention.check_inputs`); the bf16 spec is plain SDPA.
+    """
+    spec = AttentionSpec.parse(spec)
+    if spec.is_bf16:
+        return _sdpa(q, k, v, causal)
+    return _RefAttention.apply(q, k, v, spec, causal, safeguards)
+
+
+@torch.no_grad()
+def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+    """(O bf16, LSE fp32 [B, Hq, S]) of the quantized forward, for the causal-safety tests."""
+    spec = AttentionSpec.parse(spec)
+    sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
+    o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale)
+    return o.to(q.dtype), _lse(m, l)
+
+
+def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+    """The quantized forward as a differentiable PyTorch graph with straight-through quantizers.
+
+    Same output value as `attention` (up to fp32 rounding); autograd through it is the
+    gradient the explicit backward must reproduce when do = ds = bf16 (tested).
+    """
+    spec = AttentionSpec.parse(spec)
+    sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, F, SEQ_BLOCK)
+    with torch.no_grad():
+        pr = _Probs(ops, spec, causal, safeguards, sm_scale)
+        e_q = pr.xq * pr.prs * pr.r / pr.vs[..., None, :]  # the quantized numerator the forward used
+    st = lambda x, op: x.float() + (op.dequant() - x.float()).detach()  # noqa: E731
+    qt, kt, vt = st(q, ops.q), pr.kv(st(k, ops.k)), pr.kv(st(v, ops.v))
+    s = (qt @ kt.transpose(-1, -2)) * sm_scale
+    if causal:
+        seq = q.shape[-2]
+        s = s.masked_fill(~torch.ones(seq, seq, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    e = torch.exp(s - pr.m[..., None] / LOG2E)
+    e_st = e + (e_q - e).detach()
+    return (e_st @ vt) / e.sum(-1, keepdim=True)

@@ -1,0 +1,111 @@
+"""AttentionSpec: which number format each operand of FLAMIA attention uses.
+
+Four operands, each one of ``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``:
+
+- ``qk``: Q and K in QKᵀ, and the same quantized Q, K reused in dQ = dS·K, dK = dSᵀ·Q.
+- ``pv``: P and V in P·V, and the same quantized V in dP = dO·Vᵀ (and P again in dV = Pᵀ·dO).
+- ``do``: dO in dV and dP.
+- ``ds``: dS in dQ and dK.
+
+A spec is given as an `AttentionSpec`, a preset name, or
+``"qk=fp8,pv=fp8,do=fp8,ds=bf16"`` (parts in any order; missing parts are bf16).
+The presets and the measurements behind them are in docs/kernels.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
+OPERANDS = ("qk", "pv", "do", "ds")
+
+# Token block every scale block and the kernel tile align to (BLOCK_M = BLOCK_N): 128 is the
+# measured-fast tile on the H200 (FLAMIA.md). Sequence lengths must be a multiple of it.
+SEQ_BLOCK = 128
+# Head dims the Triton kernels are built for (a power of two, a whole number of NVFP4/MX blocks).
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Number format of each attention operand (see the module docstring)."""
+
+    qk: str = "bf16"
+    pv: str = "bf16"
+    do: str = "bf16"
+    ds: str = "bf16"
+
+    def __post_init__(self):
+        for op in OPERANDS:
+            fmt = getattr(self, op)
+            if fmt not in FORMATS:
+                raise ValueError(
+                    f"attention spec: operand {op}={fmt!r} is not a format; allowed: {', '.join(FORMATS)}"
+                )
+
+    @property
+    def name(self) -> str:
+        """Canonical short string: the preset name if it is one, else ``qk=..,pv=..,do=..,ds=..``."""
+        for preset, spec in PRESETS.items():
+            if spec == self:
+                return preset
+        return ",".join(f"{op}={getattr(self, op)}" for op in OPERANDS)
+
+    @property
+    def is_bf16(self) -> bool:
+        """True if nothing is quantized (runs on SDPA)."""
+        return all(getattr(self, op) == "bf16" for op in OPERANDS)
+
+    @property
+    def emulated(self) -> bool:
+        """True if any operand is MXFP8/NVFP4: exact format numerics, bf16 tensor-core speed on Hopper."""
+        return any(getattr(self, op) in ("mxfp8", "nvfp4") for op in OPERANDS)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, spec: AttentionSpec | str) -> AttentionSpec:
+        """AttentionSpec from itself, a preset name or ``"qk=fp8,pv=fp8,do=fp8,ds=bf16"``.
+
+        Raises ValueError naming the bad part and listing what is allowed.
+        """
+        if isinstance(spec, AttentionSpec):
+            return spec
+        if not isinstance(spec, str):
+            raise ValueError(f"attention spec must be a string or AttentionSpec, got {type(spec).__name__}")
+        text = spec.strip().lower()
+        if text in PRESETS:
+            return PRESETS[text]
+        if "=" not in text:
+            raise ValueError(
+                f"unknown attention spec {spec!r}; allowed presets: {', '.join(PRESETS)}, "
+                f"or per operand 'qk=F,pv=F,do=F,ds=F' with F one of {', '.join(FORMATS)}"
+            )
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            key, sep, fmt = (s.strip() for s in part.partition("="))
+            if not sep or key not in OPERANDS:
+                raise ValueError(
+                    f"attention spec {spec!r}: bad part {part.strip()!r}; "
+                    f"allowed operands: {', '.join(OPERANDS)} (as op=format)"
+                )
+            if key in fields:
+                raise ValueError(f"attention spec {spec!r}: operand {key!r} given twice")
+            if fmt not in FORMATS:
+                raise ValueError(
+                    f"attention spec {spec!r}: bad format {fmt!r} in part {part.strip()!r}; "
+                    f"allowed: {', '.join(FORMATS)}"
+                )
+            fields[key] = fmt
+        return cls(**fields)
+
+
+# Presets. Backward products whose error compounds through the softmax Jacobian (dS) stay
+# in bf16 in every preset; the figures that chose these are in docs/kernels.md.
+PRESETS: dict[str, AttentionSpec] = {
+    "bf16": AttentionSpec(),
+    "fp8": AttentionSpec(qk="fp8", pv="fp8", do="fp8", ds="bf16"),
+    "mxfp8": AttentionSpec(qk="mxfp8", pv="mxfp8", do="mxfp8", ds="bf16"),
+    "nvfp4": AttentionSpec(qk="nvfp4", pv="nvfp4", do="nvfp4", ds="bf16"),
+    "nvfp4-fp8": AttentionSpec(qk="fp8", pv="nvfp4", do="fp8", ds="bf16"),
+}
