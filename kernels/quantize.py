@@ -92,8 +92,8 @@ if HAS_TRITON:
         PER_BLOCK: tl.constexpr, WRITE_T: tl.constexpr,
     ):
         """One program: BLOCK_S tokens × D of one [S, D] slice; a scale per token or per tile."""
-        pid_s = tl.program_id(0)
-        bh = tl.program_id(1).to(tl.int64)
+        bh = tl.program_id(0).to(tl.int64)  # slices on axis 0: its grid limit is 2^31 - 1
+        pid_s = tl.program_id(1)
         offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
         offs_d = tl.arange(0, BLOCK_D)
         mask = (offs_s[:, None] < S) & (offs_d[None, :] < D)
@@ -192,6 +192,11 @@ def _rows_per_program(row_elems: int) -> int:
     return max(1, min(256, triton.next_power_of_2(max(1, target // row_elems))))
 
 
+def _num_warps(tile_elems: int) -> int:
+    """Enough threads that a tile holds <= ~32 fp32 values per thread (token blocks can be 128 × 256)."""
+    return max(4, min(16, triton.next_power_of_2(tile_elems // 1024)))
+
+
 def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -211,11 +216,11 @@ def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool):
         scale = torch.empty((*x.shape[:-2], seq // block, 1, 1), dtype=torch.float32, device=x.device)
         block_s = block
     if x.numel():
-        grid = (triton.cdiv(seq, block_s), bh)
+        grid = (bh, triton.cdiv(seq, block_s))
         _fp8_tokens_kernel[grid](
             x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, seq, dim,
             TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
-            PER_BLOCK=block is not None, WRITE_T=transposed, num_warps=4,
+            PER_BLOCK=block is not None, WRITE_T=transposed, num_warps=_num_warps(block_s * block_d),
         )
     return (x8, scale, x8t) if transposed else (x8, scale)
 

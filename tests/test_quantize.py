@@ -1,0 +1,269 @@
+"""Triton pre-pass (flamia_kernels.quantize) vs the formats ground truth, and causal safety.
+
+1. Bit-exactness: every Triton quantizer returns the same bytes and scales as
+   `formats` (compared with torch.equal on uint8 views) over input families
+   built to hit the traps: exact rounding ties, fp8 and fp32 subnormals,
+   ×1e3 outliers, zero tokens and blocks, saturation, non-finite values.
+2. FLAMIA.md causal-safety test 1 (quantizer prefix test) for every causal
+   quantizer, in both implementations; and the same test catching the leak of
+   a per-tensor scale and of a token-block scale with t inside the block.
+On CPU the kernels run under TRITON_INTERPRET=1 (set by conftest.py).
+"""
+import math
+import random
+
+import pytest
+import torch
+from flamia_kernels import formats as F
+from flamia_kernels import quantize as Q
+from flamia_kernels._triton_env import can_run_triton
+
+U8 = torch.uint8
+E2M1_TIES = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+
+
+def _gen(seed: int, device="cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+# ---------------------------------------------------------------- quantizers under test
+
+
+def _fp8_transposed(m, name, x, *args):
+    """(x8, scale, x8 as [..., D, S]): the kernel writes it; for formats it is the plain transpose."""
+    if m is Q:
+        return getattr(Q, name)(x, *args, transposed=True)
+    x8, scale = getattr(F, name)(x, *args)
+    return x8, scale, x8.mT.contiguous()
+
+
+def _nv(q: F.NVFP4Tensor):
+    return q.codes, q.block_scale, q.global_scale
+
+
+def _given_global(x):
+    """A caller's global scale, off by 1e-3..2x: exercises block-scale and element saturation."""
+    factor = torch.rand(x.shape[:-1] + (1,), generator=_gen(99)).to(x.device) * 2 + 1e-3
+    return F.nvfp4_per_token_global_scale(x) * factor
+
+
+QUANTIZERS = {
+    "fp8_token": lambda m, x: _fp8_transposed(m, "quantize_fp8_per_token", x),
+    "fp8_block64": lambda m, x: _fp8_transposed(m, "quantize_fp8_token_blocks", x, 64),
+    "mxfp8": lambda m, x: m.quantize_mxfp8(x),
+    "nvfp4_tensor": lambda m, x: _nv(m.quantize_nvfp4(x)),
+    "nvfp4_token": lambda m, x: _nv(m.quantize_nvfp4_per_token(x)),
+    "nvfp4_given": lambda m, x: _nv(m.quantize_nvfp4(x, global_scale=_given_global(x))),
+    "nvfp4_stochastic": lambda m, x: _nv(
+        m.quantize_nvfp4_per_token(x, stochastic=True, generator=_gen(7, x.device))
+    ),
+}
+
+
+def assert_same_bits(ref: tuple, got: tuple) -> None:
+    assert len(ref) == len(got)
+    for i, (a, b) in enumerate(zip(ref, got, strict=True)):
+        assert a.dtype == b.dtype and a.shape == b.shape, (i, a.dtype, b.dtype, a.shape, b.shape)
+        a, b = a.contiguous(), b.contiguous()
+        if a.element_size() == 1:
+            a, b = a.view(U8), b.view(U8)
+        if not torch.equal(a, b):
+            bad = (a != b).nonzero()
+            raise AssertionError(f"output {i}: {len(bad)} mismatches, first at {bad[0].tolist()}")
+
+
+# ---------------------------------------------------------------- input families
+
+
+def _fp8_ties(shape, gen):
+    """Scale 2^k exactly (amax 448·2^k every 16 elements), others on E4M3 midpoints: exact ties."""
+    table = torch.arange(0, 0x7F, dtype=U8).view(F.FP8_DTYPE).float()
+    mids = (table[1:] + table[:-1]) / 2  # incl. subnormal midpoints (odd multiples of 2^-10)
+    pick = torch.randint(0, len(mids), shape, generator=gen)
+    x = mids[pick]
+    x[..., ::16] = 448.0
+    sign = torch.randint(0, 2, shape, generator=gen) * 2 - 1
+    return x * sign * 2.0**-5
+
+
+def _nvfp4_ties(shape, gen):
+    """Global 2^k (row amax 2688·2^k), E4M3 block scales, elements on E2M1 midpoints: exact ties."""
+    n_blocks = shape[-1] // 16
+    bs_codes = torch.randint(0x20, 0x7F, (*shape[:-1], n_blocks, 1), generator=gen, dtype=U8)
+    bs = bs_codes.view(F.FP8_DTYPE).float()
+    bs[..., 0, :] = 448.0
+    elems = E2M1_TIES[torch.randint(0, len(E2M1_TIES), (*shape[:-1], n_blocks, 16), generator=gen)]
+    elems[..., 0] = 6.0
+    sign = torch.randint(0, 2, elems.shape, generator=gen) * 2 - 1
+    return (elems * sign * bs * 2.0**-3).reshape(shape)
+
+
+def make_input(family: str, shape, quantizer: str, seed: int) -> torch.Tensor:
+    g = _gen(seed)
+    x = torch.randn(shape, generator=g)
+    if family == "normal":  # per-token magnitudes spread over 2^-8 .. 2^8
+        return x * torch.exp2(torch.randint(-8, 9, (*shape[:-1], 1), generator=g).float())
+    if family == "outliers":
+        return torch.where(torch.rand(shape, generator=g) < 0.01, x * 1e3, x)
+    if family == "ties":
+        return _nvfp4_ties(shape, g) if quantizer.startswith("nvfp4") else _fp8_ties(shape, g)
+    if family == "tiny":  # wide range inside tokens (fp8/E2M1 subnormals) and fp32-subnormal tokens
+        x = x * torch.exp2(torch.randint(-24, 1, shape, generator=g).float())
+        x[..., 1::3, :] *= 2.0**-128
+        return x
+    if family == "zeros":  # zero tokens and zero 16/32-element blocks
+        x[..., ::5, :] = 0.0
+        x[..., 32:64] = 0.0
+        return x
+    raise ValueError(family)
+
+
+FAMILIES = ["normal", "outliers", "ties", "tiny", "zeros"]
+SHAPES = [(3, 5, 192, 128), (1, 7, 384, 64), (2, 3, 64, 64)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", list(QUANTIZERS))
+def test_triton_matches_formats_bit_for_bit(name, family):
+    i = FAMILIES.index(family) + list(QUANTIZERS).index(name)
+    shape = SHAPES[i % len(SHAPES)]
+    x = make_input(family, shape, name, seed=i)
+    if family in ("normal", "outliers") and i % 2:
+        x = x.bfloat16()  # bf16 -> fp32 is exact; both paths must read it the same way
+    assert can_run_triton(x)  # on CPU the conftest turned the interpreter on
+    assert_same_bits(QUANTIZERS[name](F, x), QUANTIZERS[name](Q, x))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp8", "nvfp4"])
+def test_triton_non_finite_groups_match_formats(fmt):
+    x = torch.randn(2, 3, 64, 64, generator=_gen(3))
+    x[0, 1, 5, 7] = float("nan")
+    x[1, 2, 9, 40] = float("inf")
+    x[1, 0, 63, 0] = -float("inf")
+    if fmt == "fp8":
+        ref, got = (F.dequantize_fp8(*m.quantize_fp8_per_token(x)) for m in (F, Q))
+    elif fmt == "mxfp8":
+        ref, got = (F.dequantize_mxfp8(*m.quantize_mxfp8(x)) for m in (F, Q))
+    else:
+        ref, got = (F.dequantize_nvfp4(m.quantize_nvfp4_per_token(x)) for m in (F, Q))
+    assert torch.equal(ref.isnan(), got.isnan()) and ref.isnan().sum() >= 3 * 32
+    finite = ~ref.isnan()
+    assert torch.equal(ref[finite], got[finite])
+
+
+def test_non_power_of_two_token_block_falls_back_with_same_bits():
+    x = torch.randn(2, 192, 64, generator=_gen(4))
+    assert_same_bits(F.quantize_fp8_token_blocks(x, 48), Q.quantize_fp8_token_blocks(x, 48))
+
+
+def test_triton_rejects_bad_shapes_like_formats():
+    with pytest.raises(ValueError, match="S = 100"):
+        Q.quantize_fp8_token_blocks(torch.randn(2, 100, 64), 64)
+    with pytest.raises(ValueError, match=r"head_dim\) = 72 .* block size 32"):
+        Q.quantize_mxfp8(torch.randn(4, 72))
+    with pytest.raises(ValueError, match=r"head_dim\) = 40 .* block size 16"):
+        Q.quantize_nvfp4_per_token(torch.randn(4, 40))
+
+
+# ---------------------------------------------------------------- causal safety (FLAMIA.md test 1)
+
+S, BLOCK = 128, 64
+T_VALUES = [0, 1, 15, 16, 31, 32, 63, 64, random.Random(0).randrange(S - 1)]
+
+
+def perturb(x: torch.Tensor, t: int, how: str, seed: int):
+    """(base, perturbed): the two inputs agree on tokens <= t."""
+    g = _gen(seed)
+    base, fut = x.clone(), x.clone()
+    future = fut[..., t + 1 :, :]
+    if how == "random":
+        future.copy_(torch.randn(future.shape, generator=g))
+    elif how == "outliers":  # token t+1 (same block as t unless t ends one) and 5% of the rest ×1e3
+        future.mul_(torch.where(torch.rand(future.shape, generator=g) < 0.05, 1e3, 1.0))
+        future[..., 0, :] *= 1e3
+    elif how == "tiny_then_one":  # 2^-20 at t and after; then 1.0 arrives at t+1
+        for y in (base, fut):
+            y[..., t:, :] = torch.randn(y[..., t:, :].shape, generator=_gen(seed)) * 2.0**-20
+        fut[..., t + 1, :] = 1.0
+    return base, fut
+
+
+def _prefix(outputs, layout, t):
+    """Part of each output that tokens <= t own: layout[i] = (token axis, tokens per index) or None."""
+    out = []
+    for o, lay in zip(outputs, layout, strict=True):
+        if lay is not None:
+            axis, per = lay
+            o = o.narrow(axis, 0, math.ceil((t + 1) / per))
+        out.append(o.contiguous().view(U8) if o.element_size() == 1 else o)
+    return out
+
+
+def leaks(fn, layout, x, t, how) -> bool:
+    base, fut = perturb(x, t, how, seed=t)
+    a, b = _prefix(fn(base), layout, t), _prefix(fn(fut), layout, t)
+    return not all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+
+
+TOKEN = (-2, 1)
+CAUSAL = {  # name: (quantizer, layout of its outputs)
+    "fp8_token": (QUANTIZERS["fp8_token"], [TOKEN, TOKEN, (-1, 1)]),
+    "mxfp8": (QUANTIZERS["mxfp8"], [TOKEN, TOKEN]),
+    "nvfp4_token": (QUANTIZERS["nvfp4_token"], [TOKEN, TOKEN, TOKEN]),
+}
+PERTURBATIONS = ["random", "outliers", "tiny_then_one"]
+
+
+@pytest.mark.parametrize("impl", ["formats", "triton"])
+@pytest.mark.parametrize("name", list(CAUSAL))
+def test_causal_quantizer_prefix_is_bit_identical(name, impl):
+    fn, layout = CAUSAL[name]
+    m = F if impl == "formats" else Q
+    x = torch.randn(1, 3, S, 64, generator=_gen(5))
+    for t in T_VALUES:
+        for how in PERTURBATIONS:
+            assert not leaks(lambda y: fn(m, y), layout, x, t, how), (name, impl, t, how)
+
+
+def _per_tensor_fp8(x):
+    scale = F.fp8_scale(x.abs().amax())
+    return F.quantize_fp8(x, scale), scale
+
+
+@pytest.mark.parametrize("t", T_VALUES)
+def test_prefix_test_catches_leaky_quantizers(t):
+    x = torch.randn(1, 3, S, 64, generator=_gen(6))
+    # a current per-tensor amax leaks at every t (fp8 and NVFP4's default global scale)
+    assert leaks(_per_tensor_fp8, [TOKEN, None], x, t, "outliers")
+    assert leaks(lambda y: QUANTIZERS["nvfp4_tensor"](Q, y), [TOKEN, TOKEN, None], x, t, "outliers")
+    # a token-block scale leaks when t sits inside its block, and is safe when t ends the block:
+    # exactly why key-side block scales are fine off the diagonal and not on it
+    block_fn = lambda y: QUANTIZERS["fp8_block64"](Q, y)
+    block_layout = [TOKEN, (-3, BLOCK), (-1, 1)]
+    inside = t % BLOCK != BLOCK - 1
+    assert leaks(block_fn, block_layout, x, t, "outliers") == inside
+    if inside:  # the 2^-20 at t is flushed once 1.0 shares its block (when t starts the block)
+        expected = t % BLOCK == 0
+        assert leaks(block_fn, block_layout, x, t, "tiny_then_one") == expected
+
+
+# ---------------------------------------------------------------- GPU (lead runs: pytest -m gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", list(QUANTIZERS))
+def test_gpu_triton_matches_formats_at_scale(name, family):
+    shape = (4, 16, 4096, 128)  # 33.5M elements: a realistic attention operand
+    x = make_input(family, shape, name, seed=11).cuda()
+    if family in ("normal", "outliers"):
+        x = x.bfloat16()
+    got = QUANTIZERS[name](Q, x)
+    assert_same_bits(QUANTIZERS[name](F, x), got)
+    # and the CUDA result equals the CPU ground truth on a slice (no device-specific torch rounding)
+    xs = x[:1, :2].contiguous()
+    # (not for a whole-tensor amax, which a slice changes by design, nor for CPU vs CUDA noise draws)
+    if name not in ("nvfp4_tensor", "nvfp4_stochastic"):
+        ref_cpu = QUANTIZERS[name](F, xs.cpu())
+        assert_same_bits(ref_cpu, tuple(o.cpu() for o in QUANTIZERS[name](Q, xs)))
