@@ -14,6 +14,10 @@ The fp8 outputs are written through uint8 views.
 Fallback: when Triton cannot run on the tensor (not importable, or a CPU
 tensor without TRITON_INTERPRET=1; see `_triton_env`), or a token block is not
 a power of two, these functions return `formats`' results (identical bytes).
+The jit helpers `_abs_bits`, `_e4m3_bits`, `_e4m3_to_f32` and `_e2m1_code` are
+shared with `attention_quant.py` (in-register quantization inside the
+attention kernels): change their semantics only together with it.
+
 Known limit: a GPU that flushes fp32 subnormals may differ on MX blocks whose
 amax is itself below ~2^-117 (the test `test_quantize.py -m gpu` shows it).
 """

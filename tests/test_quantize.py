@@ -119,7 +119,7 @@ def make_input(family: str, shape, quantizer: str, seed: int) -> torch.Tensor:
 
 
 FAMILIES = ["normal", "outliers", "ties", "tiny", "zeros"]
-SHAPES = [(3, 5, 192, 128), (1, 7, 384, 64), (2, 3, 64, 64)]
+SHAPES = [(3, 5, 192, 128), (1, 7, 384, 64), (2, 3, 64, 96), (5, 64, 64)]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
