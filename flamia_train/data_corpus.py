@@ -27,8 +27,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from flamia_train.data_tokenizer import train_tokenizer
-from flamia_train.errors import DataError
+from flamia_train.data_tokenizer import MIN_VOCAB, train_tokenizer
+from flamia_train.errors import ConfigError, DataError
 
 MANIFEST = "corpus.json"
 FORMAT = "flamia-stdlib-corpus/1"
@@ -81,9 +81,13 @@ def prepare_default_corpus(
             f"'{out}' exists but is not a complete prepared corpus (no valid {MANIFEST}); "
             "it is left untouched: move it away or point data.path elsewhere"
         )
+    if vocab_size < MIN_VOCAB:  # fail before minutes of work, not after
+        raise ConfigError(
+            "data.vocab_size", vocab_size, f"must be >= {MIN_VOCAB} (256 byte pieces + specials)"
+        )
     start = time.time()
     groups = _sample_groups(collect_documents(), max_corpus_mb, seed)
-    split = _split_groups(sorted(groups), seed, heldout_fraction)
+    split = _split_groups(groups, seed, heldout_fraction)
     rows = {name: {"text": [], "source": []} for name in ("train", "heldout")}
     for group, docs in groups.items():
         for source, text in docs:
@@ -96,7 +100,7 @@ def prepare_default_corpus(
         dd.save_to_disk(str(tmp))
         log(f"[data] wrote {_sizes(rows)} to {out}")
         tok = train_tokenizer(corpus_lines(rows["train"]["text"]), tmp / TOKENIZER_FILE, vocab_size, seed)
-        log(f"[data] trained BPE tokenizer: vocab {tok['vocab_size']} in {tok['seconds']} s")
+        log(f"[data] BPE tokenizer: vocab {tok['vocab_size']} (asked {vocab_size}) in {tok['seconds']} s")
         manifest = {
             "format": FORMAT,
             "python": sys.version.split()[0],
@@ -189,15 +193,21 @@ def _sample_groups(groups, max_corpus_mb: float, seed: int):
     return kept
 
 
-def _split_groups(names: list[str], seed: int, fraction: float) -> dict[str, str]:
-    """Assign each group to 'heldout' when its key < fraction; both splits are kept non-empty."""
-    if len(names) < 2:
+def _split_groups(groups, seed: int, fraction: float) -> dict[str, str]:
+    """'heldout' for groups whose key < fraction, topped up in key order to >= fraction of the bytes.
+
+    The top-up keeps a small capped corpus from getting a held-out split of a few
+    hundred tokens; both splits are kept non-empty.
+    """
+    if len(groups) < 2:
         raise DataError("the stdlib corpus needs at least two modules; raise data.max_corpus_mb")
-    keys = {name: _key(seed, "heldout", name) for name in names}
-    split = {name: "heldout" if keys[name] < fraction else "train" for name in names}
-    ranked = sorted(names, key=keys.get)
-    split[ranked[0]] = "heldout"  # a tiny capped corpus still gets a held-out group
-    split[ranked[-1]] = "train"
+    size = {g: sum(len(text.encode("utf-8")) for _, text in docs) for g, docs in groups.items()}
+    ranked = sorted(groups, key=lambda g: _key(seed, "heldout", g))
+    split, held, total = {}, 0, sum(size.values())
+    for i, name in enumerate(ranked):
+        take = i == 0 or _key(seed, "heldout", name) < fraction or held < fraction * total
+        split[name] = "heldout" if take and i < len(ranked) - 1 else "train"
+        held += size[name] if take else 0
     return split
 
 

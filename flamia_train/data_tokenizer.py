@@ -131,6 +131,7 @@ def train_tokenizer(lines: Iterable[str], out_path: Path, vocab_size: int, seed:
             split_digits=True,
             character_coverage=0.9995,
             max_sentencepiece_length=16,
+            hard_vocab_limit=False,  # a small capped corpus yields fewer pieces instead of an error
             num_threads=os.cpu_count() or 1,
             minloglevel=2,
         )
