@@ -157,6 +157,14 @@ def test_non_power_of_two_token_block_falls_back_with_same_bits():
     assert_same_bits(F.quantize_fp8_token_blocks(x, 48), Q.quantize_fp8_token_blocks(x, 48))
 
 
+def test_without_triton_every_function_falls_back_to_formats(monkeypatch):
+    """A CPU tensor without the interpreter (or no Triton at all) gets formats' bytes, same API."""
+    monkeypatch.setattr(Q, "can_run_triton", lambda x: False)
+    x = torch.randn(2, 3, 128, 64, generator=_gen(8))
+    for fn in QUANTIZERS.values():
+        assert_same_bits(fn(F, x), fn(Q, x))
+
+
 def test_triton_rejects_bad_shapes_like_formats():
     with pytest.raises(ValueError, match="S = 100"):
         Q.quantize_fp8_token_blocks(torch.randn(2, 100, 64), 64)
