@@ -221,7 +221,7 @@ def tokenized_split(cfg: DataConfig, tokenizer: Tokenizer, split: str):
         out = ds.map(
             encode,
             batched=True,
-            batch_size=256,
+            batch_size=1000,
             remove_columns=ds.column_names,
             cache_file_name=str(cache),
             new_fingerprint=key,

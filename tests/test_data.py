@@ -389,3 +389,22 @@ def test_bad_loader_state_and_shapes(corpus, tok, tmp_path, rng):
         loader.set_seq_len(0, 2)
     with pytest.raises(DataError, match="rank"):
         build_loader(cfg, tok, "train", 16, 2, 2, 2)
+
+
+def test_prepare_data_script(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "prepare_data.py"
+    spec = importlib.util.spec_from_file_location("prepare_data", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "c"
+    args = ["--out", str(out), "--vocab-size", "400", "--max-corpus-mb", "0.2", "--seed", "5"]
+    assert module.main(args) == 0
+    assert Tokenizer(out / "tokenizer.model").vocab_size == 400
+    assert "tokenizer:" in capsys.readouterr().out
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x.txt").write_text(random_text(random.Random()))
+    assert module.main(["--out", str(tmp_path / "taken")]) == 1
+    assert "taken" in capsys.readouterr().err
