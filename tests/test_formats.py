@@ -13,8 +13,8 @@ from flamia_kernels import formats as F
 E2M1_SET = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+def _gen(seed: int, device="cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def _nearest_even(v: torch.Tensor, table: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:

@@ -17,13 +17,10 @@ import torch
 from flamia_kernels import formats as F
 from flamia_kernels import quantize as Q
 from flamia_kernels._triton_env import can_run_triton
+from test_formats import _e4m3_table, _gen, _nearest_even, _rne_probe_points  # brute-force rounding oracle
 
 U8 = torch.uint8
 E2M1_TIES = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-
-
-def _gen(seed: int, device="cpu") -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 # ---------------------------------------------------------------- quantizers under test
@@ -132,6 +129,19 @@ def test_triton_matches_formats_bit_for_bit(name, family):
         x = x.bfloat16()  # bf16 -> fp32 is exact; both paths must read it the same way
     assert can_run_triton(x)  # on CPU the conftest turned the interpreter on
     assert_same_bits(QUANTIZERS[name](F, x), QUANTIZERS[name](Q, x))
+
+
+def test_triton_e4m3_rounding_on_every_grid_point_and_tie():
+    """With amax = 448 (scale exactly 1) the kernel's bytes are the nearest-even E4M3 codes."""
+    codes, table = _e4m3_table()
+    probes = _rne_probe_points(table, seed=9)[: 35 * 63]  # all grid points and ties, then random
+    probes = probes[torch.randperm(len(probes), generator=_gen(10))]
+    signed = probes * (torch.randint(0, 2, probes.shape, generator=_gen(11)) * 2 - 1)
+    x = torch.cat([torch.full((35, 1), 448.0), signed.view(35, 63)], dim=1)
+    x8, scale = Q.quantize_fp8_per_token(x)
+    assert (scale == 1.0).all()
+    expect = _nearest_even(x.flatten().abs(), table, codes) | ((x.flatten() < 0).long() << 7)
+    assert torch.equal(x8.view(U8).flatten().long(), expect)
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
