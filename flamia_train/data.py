@@ -14,11 +14,12 @@ and the resume semantics.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flamia_train.data_corpus import CorpusPaths, corpus_lines, is_prepared, prepare_default_corpus
+from flamia_train.data_corpus import MANIFEST, CorpusPaths, corpus_lines, is_prepared, prepare_default_corpus
 from flamia_train.data_loader import LocalDocs, PackedLoader, StreamDocs
 from flamia_train.data_sources import (
     SOURCES,
@@ -120,7 +121,13 @@ def ensure_default_corpus(cfg: DataConfig, is_main: bool, barrier: Callable[[], 
 
 def _build_stdlib(cfg: DataConfig, log) -> None:
     corpus, tokenizer = Path(cfg.path), Path(cfg.tokenizer)
-    if not is_prepared(corpus):
+    if is_prepared(corpus):
+        made = json.loads((corpus / MANIFEST).read_text())
+        wanted = {"vocab_size": cfg.vocab_size, "max_corpus_mb": cfg.max_corpus_mb, "seed": cfg.seed}
+        differs = {k: made.get(k) for k, v in wanted.items() if made.get(k) != v}
+        if differs:  # reused as is: rebuilding would mean deleting the user's prepared files
+            log(f"[data] note: {corpus} was prepared with {differs}, not {wanted}; using it as is")
+    else:
         log(
             f"[data] preparing the embedded stdlib corpus in {corpus} (vocab {cfg.vocab_size}, "
             f"max {cfg.max_corpus_mb or 'all'} MB)"

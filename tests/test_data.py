@@ -137,6 +137,11 @@ def test_ensure_default_corpus(corpus, tmp_path):
     cfg = _stdlib_cfg(corpus, tmp_path)
     ensure_default_corpus(cfg, is_main=False, barrier=lambda: calls.append(1), log=logs.append)
     assert calls == [1] and logs == []
+    ensure_default_corpus(cfg, is_main=True, barrier=lambda: None, log=logs.append)
+    assert len(logs) == 1 and "prepared with {'vocab_size': 512" in logs[0], (
+        "a reused corpus says how it differs"
+    )
+    logs.clear()
     # A tokenizer missing outside the corpus directory is trained there by rank 0.
     cfg = dataclasses.replace(cfg, tokenizer=str(tmp_path / "tok" / "sp.model"), vocab_size=400)
     ensure_default_corpus(cfg, is_main=True, barrier=lambda: calls.append(2), log=logs.append)
