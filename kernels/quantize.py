@@ -12,7 +12,7 @@ backend), and E4M3 / E2M1 / E8M0 codes are built with integer arithmetic.
 The fp8 outputs are written through uint8 views.
 
 Fallback: when Triton cannot run on the tensor (not importable, or a CPU
-tensor without TRITON_INTERPRET=1; see `_triton_env`), or a token block is not
+tensor without TRITON_INTERPRET=1; see `_triton_env`), or a block size is not
 a power of two, these functions return `formats`' results (identical bytes).
 The jit helpers `_abs_bits`, `_e4m3_bits`, `_e4m3_to_f32` and `_e2m1_code` are
 shared with `attention_quant.py` (in-register quantization inside the
@@ -239,9 +239,9 @@ def quantize_fp8_per_token(x: torch.Tensor, transposed: bool = False):
     Returns (x8 [..., S, D] float8_e4m3fn, scale [..., S, 1] fp32), plus with
     `transposed` x8_t [..., D, S] contiguous: the same bytes, K-major.
     """
-    if x.dim() < 2:
-        raise ValueError(f"per-token fp8 needs x of shape [..., S, D], got {tuple(x.shape)}")
-    if not can_run_triton(x):
+    if transposed and x.dim() < 2:
+        raise ValueError(f"a transposed copy needs x of shape [..., S, D], got {tuple(x.shape)}")
+    if x.dim() < 2 or not can_run_triton(x):
         return _fallback_transposed(*F.quantize_fp8_per_token(x), transposed)
     return _fp8_tokens(x, None, transposed)
 
