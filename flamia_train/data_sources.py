@@ -80,6 +80,11 @@ def resolve_files(path: str) -> tuple[str, list[str]]:
     for f in files:
         if f.suffix.lower() not in FILE_BUILDERS:
             raise DataError(f"data file '{f}' has an unsupported extension; allowed: {allowed}")
+    # Zero-byte files hold no documents and trip some datasets builders: skip them.
+    nonempty = [f for f in files if f.stat().st_size > 0]
+    if not nonempty:
+        raise DataError(f"data.path '{path}' is empty: its {len(files)} file(s) have 0 bytes")
+    files = nonempty
     builders = {FILE_BUILDERS[f.suffix.lower()] for f in files}
     if len(builders) > 1:
         raise DataError(f"data.path '{path}' mixes formats {sorted(builders)}; allowed: one format per path")
