@@ -1,0 +1,146 @@
+"""`flamia_attention`: the public FLAMIA attention op, its input checks and its dispatch.
+
+Dispatch, by spec and device (docs/kernels.md):
+
+- spec ``bf16``: torch SDPA (cuDNN on the H200; any float dtype, any device, GQA via
+  enable_gqa), no Triton; the cheap path the training stack also runs on CPU.
+- quantized spec, CUDA tensors: the Triton forward/backward kernels (`attention_fwd`,
+  `attention_bwd`). MXFP8 / NVFP4 are *emulated* there (exact format values in bf16
+  products): the format's numerics and memory, not its FLOP rate.
+- quantized spec, CPU tensors: the same Triton kernels under ``TRITON_INTERPRET=1``
+  (decided when the kernel modules are imported: set it before importing flamia_kernels),
+  else `reference.attention`, the same math in PyTorch.
+
+``safeguards=False`` is LEAKY on purpose: Q and K/V get token-block scales and the
+diagonal tile's V-scale max spans future keys. It exists only so that the causal-safety
+tests can show they catch a leak; never train with it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import quantize as QZ
+from . import reference
+from ._triton_env import can_run_triton
+from .attention_operands import Operand, backward_delta, prepare_forward, quantize_operand, quantize_output
+from .spec import SEQ_BLOCK, SUPPORTED_HEAD_DIMS, AttentionSpec
+
+_SDPA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_inputs(q, k, v, spec: AttentionSpec) -> None:
+    """Raise TypeError / ValueError for inputs the chosen path cannot take, before any kernel runs."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flamia_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"flamia_attention: {name} must be [B, H, S, D] (rank 4), got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"flamia_attention: {name} is on {t.device} but q is on {q.device}")
+        allowed = _SDPA_DTYPES if spec.is_bf16 else (torch.bfloat16,)
+        if t.dtype not in allowed:
+            raise TypeError(
+                f"flamia_attention: {name}.dtype = {t.dtype} is not supported by spec '{spec.name}'; "
+                f"allowed: {', '.join(str(d) for d in allowed)}"
+            )
+    (b, hq, seq, d), (bk, hkv, seqk, dk) = q.shape, k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"flamia_attention: v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
+    if (bk, seqk, dk) != (b, seq, d):
+        raise ValueError(
+            f"flamia_attention: k/v shape {tuple(k.shape)} must match q {tuple(q.shape)} in B, S and D"
+        )
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"flamia_attention: KV heads ({hkv}) must divide query heads ({hq}) for GQA")
+    if spec.is_bf16:
+        return
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(
+            f"flamia_attention: head_dim {d} is not supported by spec '{spec.name}'; "
+            f"allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}"
+        )
+    if seq == 0 or seq % SEQ_BLOCK:
+        raise ValueError(
+            f"flamia_attention: sequence length {seq} must be a positive multiple of SEQ_BLOCK = {SEQ_BLOCK} "
+            f"for spec '{spec.name}'"
+        )
+
+
+def _transposed(op: Operand) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values [..., D, S] contiguous, scale): Vᵀ, the K-major layout the PV product reads."""
+    return op.vals.transpose(-1, -2).contiguous(), op.scale
+
+
+class _FlamiaAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool):
+        from . import attention_fwd
+
+        sm_scale = 1.0 / math.sqrt(q.shape[-1])
+        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK)
+        vt = _transposed(ops.v)
+        save_o8 = spec.do != "bf16"
+        o, m, l, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards, sm_scale,
+                                                     SEQ_BLOCK, save_o8)
+        o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
+        ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, vt[0], vt[1],
+                              o_saved.vals, o_saved.scale, m, l)
+        ctx.cfg = (spec, causal, safeguards, sm_scale)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        from . import attention_bwd
+
+        qv, qs, kv, ks, vtv, vs, ov, os_, m, l = ctx.saved_tensors
+        spec, causal, safeguards, sm_scale = ctx.cfg
+        do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
+        delta = backward_delta(do, Operand(ov, os_))
+        dq, dk, dv = attention_bwd.backward(Operand(qv, qs), Operand(kv, ks), (vtv, vs), do, m, l, delta,
+                                            spec, causal, safeguards, sm_scale, SEQ_BLOCK)
+        return dq, dk, dv, None, None, None
+
+
+def saved_bytes(q, k, v, spec="fp8", causal: bool = True) -> int:
+    """Bytes the quantized forward saves for the backward (0 for the bf16 spec: SDPA's own)."""
+    spec = AttentionSpec.parse(spec)
+    if spec.is_bf16:
+        return 0
+    with torch.enable_grad():
+        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+        o = flamia_attention(q, k, v, spec, causal)
+    return sum(t.numel() * t.element_size() for t in o.grad_fn.saved_tensors)
+
+
+def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool = True) -> torch.Tensor:
+    """Causal FLAMIA attention.
+
+    q [B, Hq, S, D], k, v [B, Hkv, S, D] with Hkv dividing Hq (GQA), same device.
+    Quantized specs take bf16 with D in SUPPORTED_HEAD_DIMS and S a multiple of SEQ_BLOCK;
+    the bf16 spec (SDPA) takes bf16/fp16/fp32 of any shape SDPA takes. Returns O
+    [B, Hq, S, D] in q's dtype, differentiable in q, k, v. `spec`: an AttentionSpec, a
+    preset (bf16, fp8, mxfp8, nvfp4, nvfp4-fp8) or "qk=fp8,pv=fp8,do=fp8,ds=bf16".
+    safeguards=False is deliberately leaky (module docstring).
+    """
+    spec = AttentionSpec.parse(spec)
+    check_inputs(q, k, v, spec)
+    if spec.is_bf16:
+        return reference._sdpa(q, k, v, causal)
+    if not can_run_triton(q):
+        return reference.attention(q, k, v, spec, causal, safeguards)
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards)
+
+
+def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+    """(O bf16, LSE fp32 [B, Hq, S]) of the Triton forward, for the causal-safety tests."""
+    from . import attention_fwd
+
+    spec = AttentionSpec.parse(spec)
+    check_inputs(q, k, v, spec)
+    ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK)
+    o, m, l, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
+                                          1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False)
+    return o, reference._lse(m, l)

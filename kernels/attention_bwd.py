@@ -1,0 +1,181 @@
+"""FLAMIA backward kernels (Triton): dK/dV and dQ from the forward's own quantized operands.
+
+Both kernels recompute the scores from the *same* Q8, K8 bytes and scales the
+forward used, and P from the saved integer row max M and sum l, so P's bytes
+are the forward's (FLAMIA.md, "consistent"). Per tile (see `reference`):
+
+    dV_j += Σ_i P8_ij · bf16(dO_i · r_i·prs / l_i)        then dV_j /= s_v[j]
+    dP    = dot(dO, Vᵀ) · (s_dO ⊗ s_v)                     dO quantized per token (spec.do)
+    dS    = (p / l) ∘ (dP - delta)                           delta = rowsum(dO ∘ O), a pre-pass
+    dK_j += deq_rows(dSᵀ ∘ s_q)_j · Q8                      dS quantized along queries (contraction)
+    dQ_i += deq_rows(dS ∘ s_k)_i · K8                       dS quantized along keys (contraction)
+
+Partner folding (FLAMIA.md): a per-token scale along a product's contraction axis
+(s_dO in dV, s_q in dK, s_k in dQ) is multiplied into the partner before the
+partner is quantized or rounded, so the stored bytes serve both orientations.
+The backward products run on bf16 tensor cores (FP8 values are exact in bf16);
+only the score recompute is an FP8 product. GQA: one dK/dV program loops over
+the query heads that share its K/V head, so no atomics are needed.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._triton_env import HAS_TRITON, INTERPRET
+from .attention_fwd import launch_config
+from .attention_quant import fmt_code, p_global_value
+from .formats import FP8_TINY
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from .attention_quant import mma, p_fp8, quant_rows, to_bf16
+
+    @triton.jit
+    def _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
+        """Per query row of one tile: M, 1/l, delta, dO values [BM, D] and their scale."""
+        m = tl.load(M + bh * S + offs_m)
+        linv = tl.math.div_rn(tl.full(offs_m.shape, 1.0, tl.float32), tl.load(L + bh * S + offs_m))
+        delta = tl.load(DELTA + bh * S + offs_m)
+        do = tl.load(DO + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
+        sdo = tl.load(DOS + bh * S + offs_m)
+        return m, linv, delta, do, sdo
+
+    @triton.jit
+    def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, start_m, offs_n, offs_d, S,
+                 qk_scale, P_GLOB, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                 DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
+                 INTERP: tl.constexpr):
+        """One query tile's contribution to the dK, dV of one key tile (transposed tiles [BN, BM])."""
+        offs_m = start_m + tl.arange(0, BLOCK)
+        q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
+        qs = tl.load(QS + bh * S + offs_m)
+        m, linv, delta, do, sdo = _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
+        st = mma(k, tl.trans(q), INTERP) * (ks[:, None] * (qs * qk_scale)[None, :])
+        if DIAG:
+            keep = offs_n[:, None] <= offs_m[None, :]
+            st = tl.where(keep, st, float("-inf"))
+            if SAFE:
+                r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
+            else:
+                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+        else:
+            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+        pt = tl.exp2(st - m[None, :])  # (BN, BM)
+        xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[None, :]
+        if PV_FMT == 1:  # the forward's P bytes, transposed
+            pq_t = p_fp8(xt, INTERP)
+            prs = tl.full([BLOCK], 1.0 / 256.0, tl.float32)
+        else:
+            pq, prs = quant_rows(tl.trans(xt), P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
+            pq_t = tl.trans(pq).to(tl.bfloat16)
+        w = r * prs * sdo * linv  # dO's row factor: r·prs/l (P's dequantization) and s_dO (folded)
+        dob = to_bf16(do.to(tl.float32) * w[:, None], INTERP)
+        dv += mma(pq_t, dob, INTERP)
+        dpt = mma(v, tl.trans(do.to(tl.bfloat16)), INTERP) * (vs[:, None] * sdo[None, :])
+        dst = (pt * linv[None, :]) * (dpt - delta[None, :])
+        yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BLOCK, BLOCK, TINY, INTERP)
+        dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
+        return dk, dv
+
+    @triton.jit
+    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, M, L, DELTA, DK, DV, qk_scale, sm_scale, P_GLOB, S, G,
+                     D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
+                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        pid_n = tl.program_id(0)
+        bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
+        offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, D)
+        rows = bhk * S * D + offs_n[:, None] * D + offs_d[None, :]
+        k = tl.load(K + rows)
+        ks = tl.load(KS + bhk * S + offs_n)
+        vs = tl.load(VS + bhk * S + offs_n)
+        v = tl.trans(tl.load(VT + bhk * S * D + offs_d[:, None] * S + offs_n[None, :])).to(tl.bfloat16)
+        dk = tl.zeros([BLOCK, D], tl.float32)
+        dv = tl.zeros([BLOCK, D], tl.float32)
+        if CAUSAL:
+            lo = (pid_n + 1) * BLOCK
+        else:
+            lo = 0
+        for g in range(G):  # the query heads sharing this K/V head
+            bh = bhk * G + g
+            if CAUSAL:
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, pid_n * BLOCK,
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, True, SAFE,
+                                  TINY, INTERP)
+            for start_m in range(lo, S, BLOCK):
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, start_m,
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, False, SAFE,
+                                  TINY, INTERP)
+        dv = dv * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), vs)[:, None]
+        tl.store(DV + rows, to_bf16(dv, INTERP))
+        tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
+
+    @triton.jit
+    def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
+                D: tl.constexpr, BLOCK: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
+                TINY: tl.constexpr, INTERP: tl.constexpr):
+        """One key tile's contribution to the dQ of one query tile."""
+        cols = start_n + tl.arange(0, BLOCK)
+        k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
+        ks = tl.load(KS + bhk * S + cols)
+        vs = tl.load(VS + bhk * S + cols)
+        vt = tl.load(VT + bhk * S * D + offs_d[:, None] * S + cols[None, :])  # (D, BN)
+        s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
+        if DIAG:
+            s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+        p = tl.exp2(s - m[:, None])
+        dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
+        ds = (p * linv[:, None]) * (dp - delta[:, None])
+        yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BLOCK, BLOCK, TINY, INTERP)
+        dq += mma(yq.to(tl.bfloat16), k.to(tl.bfloat16), INTERP) * ys[:, None]
+        return dq
+
+    @triton.jit
+    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, M, L, DELTA, DQ, qk_scale, sm_scale, P_GLOB, S, G,
+                   D: tl.constexpr, BLOCK: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
+                   TINY: tl.constexpr, INTERP: tl.constexpr):
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1).to(tl.int64)
+        bhk = bh // G
+        offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, D)
+        rows = bh * S * D + offs_m[:, None] * D + offs_d[None, :]
+        q = tl.load(Q + rows)
+        qs = tl.load(QS + bh * S + offs_m) * qk_scale
+        m, linv, delta, do, sdo = _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
+        dq = tl.zeros([BLOCK, D], tl.float32)
+        if CAUSAL:
+            hi = pid_m * BLOCK
+        else:
+            hi = S
+        for start_n in range(0, hi, BLOCK):
+            dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
+                         P_GLOB, D, BLOCK, DS_FMT, False, TINY, INTERP)
+        if CAUSAL:
+            dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, pid_m * BLOCK, offs_m,
+                         offs_d, S, P_GLOB, D, BLOCK, DS_FMT, True, TINY, INTERP)
+        tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
+
+
+def backward(q, k, vt, do, m, l, delta, spec, causal: bool, safeguards: bool, sm_scale: float, block: int):
+    """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
+
+    q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); m, l, delta fp32 [B, Hq, S].
+    """
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    vt_vals, v_scale = vt
+    dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    dv = torch.empty_like(dk)
+    common = dict(D=d, BLOCK=block, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
+                  **launch_config(d, True))
+    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, m, l, delta)
+    qk_scale = sm_scale * 1.4426950408889634
+    scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv)
+    _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, PV_FMT=fmt_code(spec.pv), SAFE=safeguards,
+                                          **common)
+    _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, **common)
+    return dq, dk, dv

@@ -1,0 +1,135 @@
+"""FLAMIA forward kernel (Triton): causal flash attention on quantized Q, K, V.
+
+One program = one BLOCK of query rows of one (batch, query head); it walks the
+key tiles left of the diagonal, then the diagonal tile with the causal mask.
+Per tile (log2 units; the math is written out in `reference`):
+
+    S = dot(Q8, K8ᵀ) · (s_q·c ⊗ s_k)      FP8 (or bf16-exact emulated) operands, scales folded
+    M = max(M, ceil(rowmax S))              integer max: every rescale is a power of two, so the
+                                            P bytes match a recompute from the final M
+    p = exp2(S - M);  l = l·α + Σp
+    x = p · s_v[j] / r_i  (r_i = max s_v over the tile's keys <= i: V's per-token scale folded
+                           into P, the partner-folding rule, chosen after masking)
+    acc = acc·α + dot(P8, V8) · r_i / 256  (fresh product per tile: r_i differs per tile)
+
+Vᵀ is read K-major ([D, S] in memory) as Hopper's FP8 wgmma needs. The
+epilogue writes O (bf16), the row statistics M and l for the backward, and
+optionally O's per-token fp8 bytes (the saved copy; see attention_operands).
+"""
+from __future__ import annotations
+
+import torch
+
+from ._triton_env import HAS_TRITON, INTERPRET
+from .attention_quant import fmt_code, p_global_value
+from .formats import FP8_TINY
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from .attention_quant import fp8_row_bytes, mma, p_fp8, quant_rows, to_bf16
+
+    @triton.jit
+    def _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
+                  D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DIAG: tl.constexpr,
+                  SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        cols = start + tl.arange(0, BLOCK)
+        k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
+        ks = tl.load(KS + kvs_off + cols)
+        vs = tl.load(VS + kvs_off + cols)
+        s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
+        if DIAG:
+            keep = offs_m[:, None] >= cols[None, :]
+            s = tl.where(keep, s, float("-inf"))
+            if SAFE:  # V-scale max over keys <= i only: the causally safe choice
+                r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
+            else:  # leaky: the whole tile, future keys included
+                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+        else:
+            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+        m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]  # in [0, 1]
+        vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])  # (D, BN): Vᵀ, K-major
+        if PV_FMT == 1:  # the fast path: P8 = x·256 in E4M3, an FP8 x FP8 product
+            pv = mma(p_fp8(x, INTERP), tl.trans(vt), INTERP)
+            acc = acc * alpha[:, None] + pv * (r * (1.0 / 256.0))[:, None]
+        else:  # bf16, or MXFP8 / NVFP4 emulated: exact dequantized values in a bf16 product
+            xq, prs = quant_rows(x, P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
+            pv = mma(xq.to(tl.bfloat16), tl.trans(vt).to(tl.bfloat16), INTERP)
+            acc = acc * alpha[:, None] + pv * (r * prs)[:, None]
+        return acc, m_new, l_i
+
+    @triton.jit
+    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, M, L, qk_scale, P_GLOB, S, G,
+                    D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
+                    SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
+        bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
+        offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, D)
+        q_off = bh * S * D
+        kv_off = bhk * S * D
+        rows = q_off + offs_m[:, None] * D + offs_d[None, :]
+        q = tl.load(Q + rows)
+        qs = tl.load(QS + bh * S + offs_m) * qk_scale
+        m_i = tl.full([BLOCK], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK], tl.float32)
+        acc = tl.zeros([BLOCK, D], tl.float32)
+        if CAUSAL:
+            hi = pid_m * BLOCK
+        else:
+            hi = S
+        for start in range(0, hi, BLOCK):
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, start, offs_m,
+                                      offs_d, S, P_GLOB, D, BLOCK, PV_FMT, False, SAFE, TINY, INTERP)
+        if CAUSAL:
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, pid_m * BLOCK,
+                                      offs_m, offs_d, S, P_GLOB, D, BLOCK, PV_FMT, True, SAFE, TINY, INTERP)
+        o = to_bf16(acc / l_i[:, None], INTERP)
+        tl.store(O + rows, o)
+        tl.store(M + bh * S + offs_m, m_i)
+        tl.store(L + bh * S + offs_m, l_i)
+        if SAVE_O8:  # the backward's copy of O, fused: formats.quantize_fp8_per_token of the bf16 O
+            o8, os = fp8_row_bytes(o.to(tl.float32), BLOCK, D, TINY)
+            tl.store(O8 + rows, o8)
+            tl.store(OS + bh * S + offs_m, os)
+
+
+def launch_config(d: int, emulated: bool) -> dict:
+    """num_warps / num_stages: 128×128 tiles, 8 warps, 3 stages on sm_90 (FLAMIA.md); the
+    emulated formats hold wider register tiles, so they pipeline one stage less."""
+    if INTERPRET:
+        return {"num_warps": 4, "num_stages": 1}
+    return {"num_warps": 8, "num_stages": 2 if emulated else 3}
+
+
+def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool):
+    """Run the forward kernel.
+
+    q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
+    Returns (O bf16 [B, Hq, S, D], M, l fp32 [B, Hq, S], o8 fp8 or None, o_scale or None).
+    """
+    b, hq, seq, d = q.vals.shape
+    group = hq // k.vals.shape[1]
+    vt_vals, v_scale = vt
+    o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    m = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
+    l = torch.empty_like(m)
+    o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
+    o_scale = torch.empty_like(m) if save_o8 else m
+    pv = fmt_code(spec.pv)
+    _fwd_kernel[(seq // block, b * hq)](
+        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, m, l,
+        sm_scale * 1.4426950408889634, p_global_value(), seq, group,
+        D=d, BLOCK=block, PV_FMT=pv, CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
+        INTERP=INTERPRET,
+        **launch_config(d, spec.emulated),
+    )
+    if not save_o8:
+        return o, m, l, None, None
+    return o, m, l, o8.view(torch.float8_e4m3fn), o_scale
