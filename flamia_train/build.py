@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from flamia_train import data, parallel
-from flamia_train.checkpoint import CheckpointManager
+from flamia_train.checkpoint import CheckpointManager, RNGState
 from flamia_train.config import FlamiaConfig
 from flamia_train.metrics import MetricLogger, ProgressBar, peak_flops
 from flamia_train.model import GPT
@@ -26,30 +26,49 @@ from flamia_train.precision import format_table
 from flamia_train.schedules import LRSchedule
 from flamia_train.trainer import TrainState
 
-CHECKPOINT_FORMAT_VERSION = 1
-
-
-class RNGState:
-    """This rank's random generators (torch CPU/CUDA, python, numpy), saved per rank."""
-
-    def state_dict(self) -> dict:
-        state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        torch.set_rng_state(state["torch"])
-        random.setstate(state["python"])
-        np.random.set_state(state["numpy"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state(state["cuda"])
+def model_config_dict(cfg: FlamiaConfig) -> dict:
+    """The model shape as saved in checkpoints: a resume into another shape is refused."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg.model))
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def _plain_name(name: str) -> str:
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+@torch.no_grad()
+def init_weights_any_world_size(model: torch.nn.Module, cfg: FlamiaConfig, specs: list, seed: int) -> None:
+    """Give the sharded `model` exactly the weights an unsharded model gets from `seed`.
+
+    Random init of a sharded parameter draws different numbers on each world size (each rank
+    samples its own shard), so 1 and N processes would start from different weights. Instead an
+    unsharded twin is initialised on the CPU from `seed` and each rank copies its shard out of it:
+    the same weights for any number of ranks and any device. It costs the model's fp32 size in
+    host memory per rank for the moment of initialisation.
+    """
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    twin = GPT(cfg.model, attention_specs=specs)
+    torch.manual_seed(seed)
+    twin.init_weights()
+    full = {name: p for name, p in twin.named_parameters()}
+    for name, param in model.named_parameters():
+        source = full[_plain_name(name)].to(param.device, param.dtype)
+        if isinstance(param, DTensor):
+            param.to_local().copy_(distribute_tensor(source, param.device_mesh, param.placements).to_local())
+        else:
+            param.copy_(source)
+    del twin, full
 
 
 def build_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
@@ -79,8 +98,8 @@ class Run:
     flops_per_token: int
     peak_flops: float | None
     attention_specs: list
+    rng: RNGState
     state: TrainState = field(default_factory=TrainState)
-    rng: RNGState = field(default_factory=RNGState)
     resumed_from: Path | None = None
 
     @property
@@ -91,10 +110,8 @@ class Run:
         return {
             "step": self.state.step,
             "wandb_run_id": self.logger.run_id,
-            "model": OmegaConf.to_container(OmegaConf.structured(self.cfg.model)),
+            "model": model_config_dict(self.cfg),
             "precision": self.cfg.precision.name,
-            "format_version": CHECKPOINT_FORMAT_VERSION,
-            "world_size": self.env.world_size,
         }
 
     def _app_state(self) -> dict:
@@ -105,9 +122,19 @@ class Run:
             self.state.step, self.model, self.optimizer, self._app_state(), self._meta(), {"rng": self.rng}
         )
 
-    def load_checkpoint(self, path: Path) -> dict:
-        meta = self.checkpoints.load(path, self.model, self.optimizer, self._app_state(), {"rng": self.rng})
-        self.resumed_from = path
+    def resume(self, resume: str) -> dict:
+        """Restore from `resume` (auto | never | PATH); auto skips corrupt checkpoints with a warning."""
+        args = (self.model, self.optimizer, self._app_state(), {"rng": self.rng})
+        if resume == "auto":
+            meta = self.checkpoints.load_latest(*args) or {}
+        elif resume == "never":
+            meta = {}
+        else:
+            meta = self.checkpoints.load(self.checkpoints.resolve(resume), *args)
+        if meta:
+            self.resumed_from = Path(self.cfg.run_dir) / "checkpoints" / f"step_{int(meta['step']):08d}"
+            if resume not in ("auto", "never"):
+                self.resumed_from = Path(resume)
         return meta
 
     def export(self) -> Path:
@@ -132,8 +159,10 @@ def _say(env: parallel.DistEnv, text: str) -> None:
 def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
     """Build every component; resume from `cfg.resume` if it names a checkpoint."""
     run_dir = Path(cfg.run_dir)
-    checkpoints = CheckpointManager(cfg.checkpoint, run_dir, env.rank, env.world_size, parallel.barrier)
-    resume_path = checkpoints.resolve(cfg.resume)
+    checkpoints = CheckpointManager(cfg.checkpoint, run_dir, env.rank, env.world_size, parallel.barrier,
+                                    model_config=model_config_dict(cfg))
+    if cfg.resume not in ("auto", "never"):
+        checkpoints.resolve(cfg.resume)  # a bad PATH fails before the data and model are built
 
     data.ensure_default_corpus(cfg.data, env.is_main, parallel.barrier)
     tokenizer = data.build_tokenizer(cfg.data)
@@ -149,8 +178,7 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
         model = GPT(cfg.model, attention_specs=specs)
     model = parallel.parallelize(model, cfg.parallel, parallel.build_mesh(env, cfg.parallel))
     model.to_empty(device=env.device)
-    torch.manual_seed(t.seed)  # identical weights on every rank and world size
-    model.init_weights()
+    init_weights_any_world_size(model, cfg, specs, t.seed)
     seed_everything(t.seed + env.rank)  # per-rank streams from here on
 
     optimizer = build_optimizer(model, t)
@@ -161,9 +189,9 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
         train_loader=train_loader, heldout_loader=heldout_loader, heldout_start=heldout_loader.state_dict(),
         logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
         flops_per_token=model.flops_per_token(t.seq_len),
-        peak_flops=peak_flops(env.device, "bf16"), attention_specs=specs,
+        peak_flops=peak_flops(env.device, "bf16"), attention_specs=specs, rng=RNGState(t.seed, env.rank),
     )
-    meta = run.load_checkpoint(resume_path) if resume_path is not None else {}
+    meta = run.resume(cfg.resume)
     run.logger = MetricLogger(cfg.logger, run_dir, config_dict, meta.get("wandb_run_id"), env.is_main)
     table = format_table(specs)
     run.logger.log_table("precision", ["layer", "attention", "linear"],
@@ -172,6 +200,6 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
     _say(env, f"flamia-train: model {cfg.model.name} ({n_params / 1e6:.1f}M params), precision {cfg.precision.name}, "
               f"{env.world_size} rank(s) on {env.device.type}, run_dir {run_dir}")
     _say(env, table)
-    if resume_path is not None:
-        _say(env, f"resumed from {resume_path} at step {run.state.step}")
+    if run.resumed_from is not None:
+        _say(env, f"resumed from {run.resumed_from} at step {run.state.step}")
     return run

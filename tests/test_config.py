@@ -44,7 +44,7 @@ def test_defaults_are_the_cpu_sized_run():
 def test_command_line_overrides(tmp_path):
     cfg = load("model=gpt-125m", "precision=bf16", "train.steps=17", "train.lr=0.0001", "data=files",
                "data.path=corpus/*.jsonl", "logger=none", "checkpoint.interval=5", "checkpoint.keep=2",
-               "resume=never", f"run_dir={tmp_path}/x", "train.seq_len=512")
+               "resume=never", f"run_dir={tmp_path}/x", "train.seq_len=512", "schedule.warmup_steps=5")
     assert cfg.model.name == "gpt-125m" and cfg.model.d_model == 768
     assert (cfg.train.steps, cfg.train.lr, cfg.train.seq_len) == (17, 0.0001, 512)
     assert (cfg.data.source, cfg.data.path, cfg.logger.backend) == ("files", "corpus/*.jsonl", "none")
@@ -69,7 +69,7 @@ def test_unknown_group_option_fails():
 
 BAD_VALUES = [
     (["train.lr=-0.1"], "train.lr"),
-    (["train.steps=0"], "train.steps"),
+    (["train.steps=0", "schedule.warmup_steps=0"], "train.steps"),
     (["train.seq_len=200"], "train.seq_len"),
     (["model.n_heads=5"], "model.n_heads"),
     (["model.n_kv_heads=3"], "model.n_kv_heads"),

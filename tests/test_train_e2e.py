@@ -38,7 +38,7 @@ def cli(run_dir: Path, corpus: Path, *overrides: str, nproc: int = 1, timeout: i
     base = [
         f"run_dir={run_dir}", f"data.path={corpus}", f"data.tokenizer={corpus}/tokenizer.model",
         "logger=none", "logger.log_interval=1", "train.seq_len=128", "train.micro_batch_size=4",
-        "train.eval_batches=2", "parallel.param_dtype=fp32",
+        "train.eval_batches=2", "parallel.param_dtype=fp32", "schedule.warmup_steps=1",
     ]
     if nproc == 1:
         cmd = [sys.executable, "-m", "flamia_train.train"]
@@ -75,7 +75,7 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
 def test_tiny_model_learns_on_embedded_corpus(tmp_path, corpus):
     proc = cli(tmp_path / "run", corpus, "train.steps=200", "train.eval_interval=100", "train.lr=3e-3",
-               "checkpoint.interval=0")
+               "checkpoint.interval=0", "schedule.warmup_steps=20")
     losses = eval_losses(proc.stdout)
     assert set(losses) >= {0, 200}
     assert losses[200] < losses[0] - 1.5, losses  # a clear margin, not just "lower"
@@ -155,7 +155,7 @@ def test_checkpoint_from_a_different_model_shape_is_refused(tmp_path, corpus):
     ],
 )
 def test_bad_input_exits_nonzero_with_the_error_on_stderr(tmp_path, corpus, overrides, needle):
-    proc = cli(tmp_path / "run", corpus, "train.steps=1", *overrides, check=False)
+    proc = cli(tmp_path / "run", corpus, "train.steps=2", *overrides, check=False)
     assert proc.returncode != 0
     assert needle in proc.stderr
 
