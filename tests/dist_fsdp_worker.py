@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 
 import torch
@@ -104,3 +105,9 @@ def main(out_path: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    # On a loaded 2-core machine a rank sometimes aborts during interpreter teardown, after
+    # shutdown() returned ("terminate called without an active exception": a native thread
+    # still joinable at exit). The work is done and checked by then: leave without teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
