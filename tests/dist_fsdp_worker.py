@@ -34,20 +34,6 @@ CFG = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=
 STEPS, BATCH, SEQ = 2, 4, 32
 
 
-def ensure_attention() -> None:
-    """Tests only: until flamia_kernels exports flamia_attention, serve its bf16 contract with SDPA."""
-    import flamia_kernels
-
-    if hasattr(flamia_kernels, "flamia_attention"):
-        return
-
-    def sdpa_attention(q, k, v, spec="bf16", causal=True):
-        assert str(spec) == "bf16", f"the test fallback only knows bf16, got {spec!r}"
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-
-    flamia_kernels.flamia_attention = sdpa_attention
-
-
 def loss_fn(model, tokens):
     logits = model(tokens[:, :-1])  # (B, S, V)
     return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
@@ -77,7 +63,6 @@ def train(model, batches, shard=None) -> dict:
 
 
 def main(out_path: str) -> None:
-    ensure_attention()
     env = init_distributed("cpu")
     assert init_distributed("cpu") == env  # idempotent
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from dist_fsdp_worker import CFG, ensure_attention, grad_norm, loss_fn
+from dist_fsdp_worker import CFG, grad_norm, loss_fn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from flamia_train.errors import ConfigError
@@ -30,7 +30,6 @@ from flamia_train.parallel import (
     validate_parallel,
 )
 
-ensure_attention()
 WORKER = Path(__file__).with_name("dist_fsdp_worker.py")
 FP32 = ParallelConfig(param_dtype="fp32")
 
