@@ -1,0 +1,170 @@
+"""FLAMIA.md causal-safety tests 1, 2, 3 and 5, for every quantized preset, Triton and reference.
+
+Test 2 (forward prefix): perturb Q, K or V at positions > t (fresh random values, ×1e3
+outliers, or a 2^-20 token at t followed by 1.0 at t+1 in the same block); O[:t+1] and the
+LSE must be bit-identical. Test 3 (backward prefix): with dO[t+1:] = 0 and the same
+perturbations, dQ, dK, dV[:t+1] are bit-identical and every gradient at positions > t is 0.
+Test 5: with safeguards=False (the deliberately leaky variant) the same checks must fail.
+
+All variants of one preset run as one batch (each batch row an independent sequence, the
+kernels' tiling identical for all), which keeps the interpreter's cost to one launch each.
+The bf16 preset (SDPA, nothing quantized) has nothing to leak; it is covered by test 2 once.
+"""
+import random
+
+import pytest
+import torch
+from flamia_kernels import SEQ_BLOCK, flamia_attention, reference
+from flamia_kernels import formats as F
+from flamia_kernels.attention_operands import quantize_operand
+
+QUANTIZED = ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8"]
+SEQ, DIM = 2 * SEQ_BLOCK, 64
+EDGES = [0, 1, 15, 16, 31, 32, 63, 64, SEQ_BLOCK - 1, SEQ_BLOCK]
+OPS = ("q", "k", "v")
+
+
+def _t_values(seed: int) -> list[int]:
+    return EDGES + [random.Random(seed).randrange(SEQ_BLOCK + 1, SEQ - 2)]
+
+
+KINDS = ("random", "outlier", "tiny-then-one")
+
+
+def _variants(ts, gen, kinds_for_t=lambda i: KINDS):
+    """Batch of sequences and (base row, perturbed row, t, label) pairs (module docstring).
+
+    `kinds_for_t(i)`: the perturbation kinds applied at the i-th t, each to Q, K and V.
+    """
+    rows, pairs = [], []
+
+    def add(triple):
+        rows.append(triple)
+        return len(rows) - 1
+
+    for n, t in enumerate(ts):  # a base per t: its dO is zero beyond t
+        kinds = kinds_for_t(n)
+        base = [torch.randn(SEQ, DIM, generator=gen) for _ in OPS]
+        b0 = add(base)
+        tiny = [x.clone() for x in base]
+        for x in tiny:
+            x[t] *= 2.0**-20
+        b1 = add(tiny) if "tiny-then-one" in kinds else None
+        for i, name in enumerate(OPS):
+            if "random" in kinds:
+                fresh = [x.clone() for x in base]
+                fresh[i][t + 1:] = torch.randn(SEQ - t - 1, DIM, generator=gen)
+                pairs.append((b0, add(fresh), t, f"{name}-random"))
+            if "outlier" in kinds:
+                big = [x.clone() for x in base]
+                big[i][t + 1:] *= 1e3
+                pairs.append((b0, add(big), t, f"{name}-outlier"))
+            if b1 is not None:
+                step = [x.clone() for x in tiny]
+                step[i][t + 1] = 1.0
+                pairs.append((b1, add(step), t, f"{name}-tiny-then-one"))
+    q, k, v = (torch.stack([r[i] for r in rows])[:, None].to(torch.bfloat16) for i in range(3))
+    return q, k, v, pairs
+
+
+def _run(path, spec, safeguards, ts, seed, kinds_for_t=lambda i: KINDS):
+    """O, LSE, dQ, dK, dV of every variant, dO zero beyond each pair's t."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, pairs = _variants(ts, gen, kinds_for_t)
+    do = torch.randn(q.shape, generator=gen).to(torch.bfloat16)
+    for b, p, t, _ in pairs:
+        do[p] = do[b]  # the same upstream gradient for a base and its perturbation
+        do[b, :, t + 1:] = 0
+        do[p, :, t + 1:] = 0
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    fn = flamia_attention if path == "triton" else reference.attention
+    o = fn(q, k, v, spec, True, safeguards)
+    m, l = o.grad_fn.saved_tensors[-2:]  # both autograd Functions save M and l last
+    o.backward(do)
+    return (o.detach(), reference._lse(m, l), q.grad, k.grad, v.grad), pairs
+
+
+def _leaks(outs, pairs, forward: bool = True, backward: bool = True) -> list[str]:
+    """Labels of the pairs whose prefix outputs or gradients (or zero-suffix gradients) differ."""
+    o, lse, dq, dk, dv = outs
+    bad = []
+    for b, p, t, label in pairs:
+        same = True
+        if forward:
+            same &= torch.equal(o[p, :, : t + 1], o[b, :, : t + 1])
+            same &= torch.equal(lse[p, :, : t + 1], lse[b, :, : t + 1])
+        if backward:
+            for g in (dq, dk, dv):
+                same &= torch.equal(g[p, :, : t + 1], g[b, :, : t + 1])
+                same &= not g[p, :, t + 1:].any().item() and not g[b, :, t + 1:].any().item()
+        if not same:
+            bad.append(f"t={t} {label}")
+    return bad
+
+
+def _rotating(n: int) -> tuple[str]:
+    return (KINDS[n % len(KINDS)],)
+
+
+@pytest.mark.parametrize("spec", QUANTIZED)
+def test_prefix_reference(spec):
+    """Tests 2 and 3 on the reference: every t x every kind x each of Q, K, V."""
+    outs, pairs = _run("reference", spec, True, _t_values(7), seed=11)
+    assert len(pairs) == len(_t_values(7)) * len(KINDS) * len(OPS)
+    assert _leaks(outs, pairs) == []
+
+
+@pytest.mark.parametrize("spec", QUANTIZED)
+def test_prefix_triton(spec):
+    """Tests 2 and 3 on the Triton kernels: every t with Q, K and V perturbed, the kind rotating
+    over t (each kind at 3-4 of the t values) to keep the interpreter's cost in budget."""
+    outs, pairs = _run("triton", spec, True, _t_values(7), seed=11, kinds_for_t=_rotating)
+    assert _leaks(outs, pairs) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", QUANTIZED)
+def test_prefix_triton_full(spec):
+    """Tests 2 and 3 on the Triton kernels, the full product of t, kind and operand."""
+    outs, pairs = _run("triton", spec, True, _t_values(7), seed=13)
+    assert _leaks(outs, pairs) == []
+
+
+@pytest.mark.parametrize("path", ["triton", "reference"])
+@pytest.mark.parametrize("spec", QUANTIZED)
+def test_leaky_variant_is_caught(path, spec):
+    """Test 5: safeguards=False (token-block Q/K/V scales, whole-tile V max on the diagonal)
+    must fail the same checks, for a perturbation of each of Q, K and V."""
+    outs, pairs = _run(path, spec, False, [15, SEQ_BLOCK + 40], seed=12, kinds_for_t=lambda n: ("outlier",))
+    for check in ({"backward": False}, {"forward": False}):  # each test alone must catch it
+        bad = _leaks(outs, pairs, **check)
+        for name in OPS:
+            assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed: {bad}"
+
+
+def test_prefix_forward_bf16():
+    """The bf16 preset (SDPA) passes test 2 as well."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, pairs = _variants([0, 63, SEQ_BLOCK], gen)
+    o = flamia_attention(q, k, v, "bf16")
+    for b, p, t, label in pairs:
+        assert torch.equal(o[p, :, : t + 1], o[b, :, : t + 1]), f"t={t} {label}"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp8", "nvfp4"])
+def test_quantizer_prefix(fmt):
+    """Test 1: the operand quantizers (per token) keep x[:t+1]'s bytes when x[t+1:] changes;
+    the leaky token-block variant does not."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, SEQ, DIM, generator=gen).to(torch.bfloat16)
+    for t in _t_values(5):
+        y = x.clone()
+        y[..., t + 1:, :] = (torch.randn(y[..., t + 1:, :].shape, generator=gen) * 1e3).to(torch.bfloat16)
+        a, b = quantize_operand(x, fmt, F), quantize_operand(y, fmt, F)
+        assert torch.equal(a.vals[..., : t + 1, :].float(), b.vals[..., : t + 1, :].float()), t
+        assert torch.equal(a.scale[..., : t + 1], b.scale[..., : t + 1]), t
+    t = 40
+    y = x.clone()
+    y[..., t + 1:, :] *= 1e3
+    a, b = quantize_operand(x, fmt, F, SEQ_BLOCK), quantize_operand(y, fmt, F, SEQ_BLOCK)
+    assert not torch.equal(a.dequant()[..., : t + 1, :], b.dequant()[..., : t + 1, :])
