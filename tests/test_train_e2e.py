@@ -139,7 +139,7 @@ def test_corrupt_checkpoint_is_skipped_with_a_warning_and_kept(tmp_path, corpus)
 def test_checkpoint_from_a_different_model_shape_is_refused(tmp_path, corpus):
     run = tmp_path / "run"
     cli(run, corpus, "train.steps=2", "checkpoint.interval=2", "train.eval_interval=0")
-    proc = cli(run, corpus, "train.steps=4", "model.d_model=128", "model.n_heads=2", check=False)
+    proc = cli(run, corpus, "train.steps=4", "model.d_model=512", "model.n_heads=8", check=False)
     assert proc.returncode != 0
     assert "d_model" in proc.stderr
     assert (run / "checkpoints" / "step_00000002").is_dir()
