@@ -20,7 +20,8 @@ def main(dict_cfg: DictConfig) -> None:
     from flamia_train.build import build_run
     from flamia_train.trainer import Trainer
 
-    run = summary = None
+    run = summary = env = None
+    code = 0
     try:
         cfg = to_dataclass(dict_cfg)
         specs = validate(cfg, int(os.environ.get("WORLD_SIZE", "1")))
@@ -34,11 +35,19 @@ def main(dict_cfg: DictConfig) -> None:
                   f"tokens_per_s={summary['tokens_per_s']:.0f}", flush=True)
     except FlamiaError as err:
         print(f"flamia-train: error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        code = 2
     finally:
         if run is not None:
             run.close(summary)
         parallel.shutdown()
+    if env is not None and env.world_size > 1 and env.device.type == "cpu":
+        # gloo ranks can abort in interpreter teardown after the group is destroyed (seen under
+        # load: "terminate called without an active exception"); the run is complete and flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":
