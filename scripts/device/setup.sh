@@ -1,0 +1,8 @@
+# Source on the GPU machine (no network): install the carried wheels and expose the repo's packages.
+#   source scripts/device/setup.sh
+# The wheels (hydra-core, omegaconf, antlr4, datasets, dill, multiprocess) travel in .whl/ (ignored);
+# the image already has torch, triton, sentencepiece, safetensors, pyarrow.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+mkdir -p /tmp/pkgs && ln -sfn "$PWD/kernels" /tmp/pkgs/flamia_kernels
+export PYTHONPATH=/tmp/site:/tmp/pkgs:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
