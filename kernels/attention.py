@@ -82,11 +82,11 @@ class _FlamiaAttention(torch.autograd.Function):
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK)
         vt = _transposed(ops.v)
         save_o8 = spec.do != "bf16"
-        o, m, l, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards, sm_scale,
-                                                     SEQ_BLOCK, save_o8)
+        o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards,
+                                                           sm_scale, SEQ_BLOCK, save_o8)
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, vt[0], vt[1],
-                              o_saved.vals, o_saved.scale, m, l)
+                              o_saved.vals, o_saved.scale, lse2, moff)
         ctx.cfg = (spec, causal, safeguards, sm_scale)
         return o
 
@@ -94,12 +94,12 @@ class _FlamiaAttention(torch.autograd.Function):
     def backward(ctx, grad_o):
         from . import attention_bwd
 
-        qv, qs, kv, ks, vtv, vs, ov, os_, m, l = ctx.saved_tensors
+        qv, qs, kv, ks, vtv, vs, ov, os_, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
         do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
         delta = backward_delta(do, Operand(ov, os_))
-        dq, dk, dv = attention_bwd.backward(Operand(qv, qs), Operand(kv, ks), (vtv, vs), do, m, l, delta,
-                                            spec, causal, safeguards, sm_scale, SEQ_BLOCK)
+        dq, dk, dv = attention_bwd.backward(Operand(qv, qs), Operand(kv, ks), (vtv, vs), do, lse2, moff,
+                                            delta, spec, causal, safeguards, sm_scale, SEQ_BLOCK)
         return dq, dk, dv, None, None, None
 
 
@@ -141,6 +141,6 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     spec = AttentionSpec.parse(spec)
     check_inputs(q, k, v, spec)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK)
-    o, m, l, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
+    o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False)
-    return o, reference._lse(m, l)
+    return o, reference.lse_from_saved(lse2)

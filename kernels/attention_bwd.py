@@ -33,17 +33,18 @@ if HAS_TRITON:
     from .attention_quant import mma, p_fp8, quant_rows, to_bf16
 
     @triton.jit
-    def _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
-        """Per query row of one tile: M, 1/l, delta, dO values [BM, D] and their scale."""
-        m = tl.load(M + bh * S + offs_m)
-        linv = tl.math.div_rn(tl.full(offs_m.shape, 1.0, tl.float32), tl.load(L + bh * S + offs_m))
+    def _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
+        """Per query row of one tile: M, 1/l (reference.unpack_stats), delta, dO values and scale."""
+        lse2 = tl.load(LSE2 + bh * S + offs_m)
+        m = tl.floor(lse2) - tl.load(MOFF + bh * S + offs_m).to(tl.float32)
+        linv = tl.exp2(m - lse2)
         delta = tl.load(DELTA + bh * S + offs_m)
         do = tl.load(DO + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         sdo = tl.load(DOS + bh * S + offs_m)
         return m, linv, delta, do, sdo
 
     @triton.jit
-    def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, start_m, offs_n, offs_d, S,
+    def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
                  qk_scale, P_GLOB, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                  DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
                  INTERP: tl.constexpr):
@@ -51,7 +52,7 @@ if HAS_TRITON:
         offs_m = start_m + tl.arange(0, BLOCK)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
-        m, linv, delta, do, sdo = _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
+        m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
         st = mma(k, tl.trans(q), INTERP) * (ks[:, None] * (qs * qk_scale)[None, :])
         if DIAG:
             keep = offs_n[:, None] <= offs_m[None, :]
@@ -80,8 +81,8 @@ if HAS_TRITON:
         return dk, dv
 
     @triton.jit
-    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, M, L, DELTA, DK, DV, qk_scale, sm_scale, P_GLOB, S, G,
-                     D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
+    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DK, DV, qk_scale, sm_scale, P_GLOB,
+                     S, G, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
                      CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
@@ -101,11 +102,11 @@ if HAS_TRITON:
         for g in range(G):  # the query heads sharing this K/V head
             bh = bhk * G + g
             if CAUSAL:
-                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, pid_n * BLOCK,
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, pid_n * BLOCK,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, True, SAFE,
                                   TINY, INTERP)
             for start_m in range(lo, S, BLOCK):
-                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, M, L, DELTA, bh, start_m,
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, False, SAFE,
                                   TINY, INTERP)
         dv = dv * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), vs)[:, None]
@@ -133,7 +134,7 @@ if HAS_TRITON:
         return dq
 
     @triton.jit
-    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, M, L, DELTA, DQ, qk_scale, sm_scale, P_GLOB, S, G,
+    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DQ, qk_scale, sm_scale, P_GLOB, S, G,
                    D: tl.constexpr, BLOCK: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                    TINY: tl.constexpr, INTERP: tl.constexpr):
         pid_m = tl.program_id(0)
@@ -144,7 +145,7 @@ if HAS_TRITON:
         rows = bh * S * D + offs_m[:, None] * D + offs_d[None, :]
         q = tl.load(Q + rows)
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
-        m, linv, delta, do, sdo = _row_stats(M, L, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
+        m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
         dq = tl.zeros([BLOCK, D], tl.float32)
         if CAUSAL:
             hi = pid_m * BLOCK
@@ -159,10 +160,12 @@ if HAS_TRITON:
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
-def backward(q, k, vt, do, m, l, delta, spec, causal: bool, safeguards: bool, sm_scale: float, block: int):
+def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
+             block: int):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
 
-    q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); m, l, delta fp32 [B, Hq, S].
+    q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); lse2, moff: the forward's row
+    statistics (reference.pack_stats); delta fp32 [B, Hq, S].
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -172,7 +175,7 @@ def backward(q, k, vt, do, m, l, delta, spec, causal: bool, safeguards: bool, sm
     dv = torch.empty_like(dk)
     common = dict(D=d, BLOCK=block, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
                   **launch_config(d, True))
-    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, m, l, delta)
+    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv)
     _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, PV_FMT=fmt_code(spec.pv), SAFE=safeguards,

@@ -64,7 +64,7 @@ if HAS_TRITON:
         return acc, m_new, l_i
 
     @triton.jit
-    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, M, L, qk_scale, P_GLOB, S, G,
+    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, LSE2, MOFF, qk_scale, P_GLOB, S, G,
                     D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                     SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
         pid_m = tl.program_id(0)
@@ -92,8 +92,9 @@ if HAS_TRITON:
                                       offs_m, offs_d, S, P_GLOB, D, BLOCK, PV_FMT, True, SAFE, TINY, INTERP)
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
-        tl.store(M + bh * S + offs_m, m_i)
-        tl.store(L + bh * S + offs_m, l_i)
+        lse2 = m_i + tl.log2(l_i)  # saved as lse2 and int8 floor(lse2) - M (reference.pack_stats)
+        tl.store(LSE2 + bh * S + offs_m, lse2)
+        tl.store(MOFF + bh * S + offs_m, (tl.floor(lse2) - m_i).to(tl.int8))
         if SAVE_O8:  # the backward's copy of O, fused: formats.quantize_fp8_per_token of the bf16 O
             o8, os = fp8_row_bytes(o.to(tl.float32), BLOCK, D, TINY)
             tl.store(O8 + rows, o8)
@@ -112,24 +113,25 @@ def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, blo
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
-    Returns (O bf16 [B, Hq, S, D], M, l fp32 [B, Hq, S], o8 fp8 or None, o_scale or None).
+    Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
+    o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
     b, hq, seq, d = q.vals.shape
     group = hq // k.vals.shape[1]
     vt_vals, v_scale = vt
     o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-    m = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
-    l = torch.empty_like(m)
+    lse2 = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
+    moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
-    o_scale = torch.empty_like(m) if save_o8 else m
+    o_scale = torch.empty_like(lse2) if save_o8 else lse2
     pv = fmt_code(spec.pv)
     _fwd_kernel[(seq // block, b * hq)](
-        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, m, l,
+        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, lse2, moff,
         sm_scale * 1.4426950408889634, p_global_value(), seq, group,
         D=d, BLOCK=block, PV_FMT=pv, CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
         INTERP=INTERPRET,
         **launch_config(d, spec.emulated),
     )
     if not save_o8:
-        return o, m, l, None, None
-    return o, m, l, o8.view(torch.float8_e4m3fn), o_scale
+        return o, lse2, moff, None, None
+    return o, lse2, moff, o8.view(torch.float8_e4m3fn), o_scale

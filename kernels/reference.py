@@ -105,13 +105,28 @@ def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: 
     return o, pr.m, l
 
 
-def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, l,
+def pack_stats(m: torch.Tensor, l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row statistics as saved: lse2 = M + log2 l (fp32) and the int8 offset floor(lse2) - M.
+
+    M is an integer and floor(lse2) - M lies in [-1, log2 S], so 5 bytes a row carry both
+    M (exactly) and l (as exp2(lse2 - M)), where fp32 M and l would take 8.
+    """
+    lse2 = m + torch.log2(l)
+    return lse2, (torch.floor(lse2) - m).to(torch.int8)
+
+
+def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, 1 / l) from the saved row statistics, as the backward kernels compute them."""
+    m = torch.floor(lse2) - moff.float()
+    return m, torch.exp2(m - lse2)
+
+
+def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
                   causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK):
-    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, its M and l."""
+    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile)
     b, hq, seq, _ = ops.q.vals.shape
     hkv = ops.k.vals.shape[1]
-    linv = 1.0 / l
     # dV: dO rows carry the per-row, per-tile factor r·prs/l, rounded to bf16 as the kernel does.
     w = (pr.r[..., ::tile] * pr.prs) * do.scale[..., None] * linv[..., None]  # (B, H, Sq, T)
     dob = (do.vals.float()[..., :, None, :] * w[..., None]).to(torch.bfloat16).float()  # (B, H, Sq, T, D)
@@ -129,9 +144,9 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     return dq, dk, dv
 
 
-def _lse(m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
-    """Natural-log LSE of the scaled scores from the integer log2 max and the sum."""
-    return (m + torch.log2(l)) / LOG2E
+def lse_from_saved(lse2: torch.Tensor) -> torch.Tensor:
+    """Natural-log LSE of the scaled scores from the saved log2 one."""
+    return lse2 / LOG2E
 
 
 class _RefAttention(torch.autograd.Function):
@@ -143,18 +158,19 @@ class _RefAttention(torch.autograd.Function):
         o = o.to(q.dtype)
         o_saved = _quantize_output(o, spec.do, F)
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals, ops.v.scale,
-                              o_saved.vals, o_saved.scale, m, l)
+                              o_saved.vals, o_saved.scale, *pack_stats(m, l))
         ctx.cfg = (spec, causal, safeguards, sm_scale, q.dtype)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        qv, qs, kv, ks, vv, vs, ov, os_, m, l = ctx.saved_tensors
+        qv, qs, kv, ks, vv, vs, ov, os_, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale, dtype = ctx.cfg
         ops = ForwardOperands(Operand(qv, qs), Operand(kv, ks), Operand(vv, vs))
         do = quantize_operand(grad_o, spec.do, F)
         delta = backward_delta(do, Operand(ov, os_))
-        dq, dk, dv = backward_math(ops, spec, do, delta, m, l, causal, safeguards, sm_scale)
+        m, linv = unpack_stats(lse2, moff)
+        dq, dk, dv = backward_math(ops, spec, do, delta, m, linv, causal, safeguards, sm_scale)
         return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
 
 
@@ -181,7 +197,7 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
     ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
     o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale)
-    return o.to(q.dtype), _lse(m, l)
+    return o.to(q.dtype), lse_from_saved(pack_stats(m, l)[0])
 
 
 def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):

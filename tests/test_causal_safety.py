@@ -79,9 +79,9 @@ def _run(path, spec, safeguards, ts, seed, kinds_for_t=lambda i: KINDS):
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
     fn = flamia_attention if path == "triton" else reference.attention
     o = fn(q, k, v, spec, True, safeguards)
-    m, l = o.grad_fn.saved_tensors[-2:]  # both autograd Functions save M and l last
+    lse2 = o.grad_fn.saved_tensors[-2]  # both autograd Functions save (lse2, M offset) last
     o.backward(do)
-    return (o.detach(), reference._lse(m, l), q.grad, k.grad, v.grad), pairs
+    return (o.detach(), reference.lse_from_saved(lse2), q.grad, k.grad, v.grad), pairs
 
 
 def _leaks(outs, pairs, forward: bool = True, backward: bool = True) -> list[str]:
