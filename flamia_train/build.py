@@ -151,6 +151,12 @@ class Run:
         self.logger.close()
 
 
+def _cluster_peak(env: parallel.DistEnv) -> float | None:
+    """bf16 peak FLOP/s of all ranks together: MFU divides global tokens/s by it."""
+    peak = peak_flops(env.device, "bf16")
+    return peak * env.world_size if peak is not None else None
+
+
 def _say(env: parallel.DistEnv, text: str) -> None:
     if env.is_main:
         print(text, file=sys.stderr, flush=True)
@@ -189,7 +195,7 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
         train_loader=train_loader, heldout_loader=heldout_loader, heldout_start=heldout_loader.state_dict(),
         logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
         flops_per_token=model.flops_per_token(t.seq_len),
-        peak_flops=peak_flops(env.device, "bf16"), attention_specs=specs, rng=RNGState(t.seed, env.rank),
+        peak_flops=_cluster_peak(env), attention_specs=specs, rng=RNGState(t.seed, env.rank),
     )
     meta = run.resume(cfg.resume)
     run.logger = MetricLogger(cfg.logger, run_dir, config_dict, meta.get("wandb_run_id"), env.is_main)
