@@ -26,6 +26,7 @@ from flamia_train.precision import format_table
 from flamia_train.schedules import LRSchedule
 from flamia_train.trainer import TrainState
 
+
 def model_config_dict(cfg: FlamiaConfig) -> dict:
     """The model shape as saved in checkpoints: a resume into another shape is refused."""
     return OmegaConf.to_container(OmegaConf.structured(cfg.model))
