@@ -36,7 +36,8 @@ def test_every_shipped_option_composes_and_validates(group, tmp_path):
 
 def test_defaults_are_the_cpu_sized_run():
     cfg = load()
-    assert (cfg.model.name, cfg.precision.name, cfg.data.source, cfg.logger.backend) == ("tiny", "bf16", "stdlib", "wandb")
+    picked = (cfg.model.name, cfg.precision.name, cfg.data.source, cfg.logger.backend)
+    assert picked == ("tiny", "bf16", "stdlib", "wandb")
     assert cfg.logger.mode == "offline"
     assert cfg.resume == "auto"
 
