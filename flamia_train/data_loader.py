@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from flamia_train.document_mask import document_ids_from_starts
 from flamia_train.errors import DataError
 
 STREAM_TOKENIZE_BATCH = 64  # documents tokenized per call on the streaming path
@@ -152,9 +153,13 @@ class PackedLoader:
         self.seq_len, self.micro_batch = seq_len, micro_batch
 
     def _walk(self, cursor, n: int, collect: bool):
-        """Read (if `collect`) the n tokens starting at `cursor`; return (tokens, cursor after them)."""
+        """Read (if `collect`) the n tokens starting at `cursor`; return ((tokens, starts), cursor after them).
+
+        `starts` marks (1) each token that is the first of its document: the document
+        boundaries, exact whatever the tokens are (document masking reads them).
+        """
         epoch, k, t = cursor
-        pieces = []
+        pieces, starts = [], []
         while n:
             d = self.docs.doc(epoch, k)
             if d is None:  # end of this epoch's documents: the stream continues with the next epoch
@@ -163,24 +168,33 @@ class PackedLoader:
             piece = d[t : t + n]
             if collect:
                 pieces.append(piece)
+                starts.append(np.zeros(len(piece), dtype=np.int8))
+                starts[-1][:1] = t == 0
             n -= len(piece)
             t += len(piece)
             if t == len(d):
                 k, t = k + 1, 0
-        return (np.concatenate(pieces) if collect else None), (epoch, k, t)
+        return ((np.concatenate(pieces), np.concatenate(starts)) if collect else None), (epoch, k, t)
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets), each LongTensor[micro_batch, seq_len]; targets are inputs shifted by one."""
+    def next_batch(self, doc_ids: bool = False):
+        """(inputs, targets), each LongTensor[micro_batch, seq_len]; targets are inputs shifted by one.
+
+        With `doc_ids=True`, (inputs, targets, doc_ids): doc_ids LongTensor[micro_batch, seq_len]
+        numbers the documents of each input row from 0 (a new id at each document's first token).
+        """
         S, B, W = self.seq_len, self.micro_batch, self.world_size
         step = W * B * S
-        span, after = self._walk(self._cursor, step, collect=True)
-        last, _ = self._walk(after, 1, collect=True)  # the final target, also row 0 of the next step
+        (span, first), after = self._walk(self._cursor, step, collect=True)
+        (last, _), _ = self._walk(after, 1, collect=True)  # the final target, also row 0 of the next step
         span = np.concatenate([span, last])
-        starts = (self.rank + W * np.arange(B)) * S
-        rows = torch.from_numpy(span[starts[:, None] + np.arange(S + 1)].astype(np.int64))  # (B, S+1)
+        index = ((self.rank + W * np.arange(B)) * S)[:, None] + np.arange(S + 1)  # (B, S+1) into span
+        rows = torch.from_numpy(span[index].astype(np.int64))
         self._cursor = after
         self.docs.forget(after[0], after[1])
-        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        inputs, targets = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+        if not doc_ids:
+            return inputs, targets
+        return inputs, targets, document_ids_from_starts(torch.from_numpy(first[index[:, :-1]]))
 
     def __iter__(self):
         while True:

@@ -20,7 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from flamia_train.document_mask import document_attention, document_causal_mask
 from flamia_train.errors import ConfigError
+from flamia_train.rope import RopeScaling, rope_table
 
 
 @dataclass
@@ -107,11 +109,13 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-def rope_frequencies(seq_len: int, head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
-    """Rotations e^{i·pos·θ^(-2j/Dh)} as complex64 (S, Dh/2), Llama's interleaved-pair convention."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float64) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float64), inv_freq)
-    return torch.polar(torch.ones_like(angles), angles).to(torch.complex64)
+def rope_frequencies(seq_len: int, head_dim: int, theta: float, device: torch.device,
+                     scaling: RopeScaling | None = None) -> torch.Tensor:
+    """Rotations e^{i·pos·θ^(-2j/Dh)} as complex64 (S, Dh/2), Llama's interleaved-pair convention.
+
+    `scaling` rescales them for context extension (linear / NTK / YaRN, see flamia_train.rope).
+    """
+    return rope_table(seq_len, head_dim, theta, device, scaling)
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -143,7 +147,7 @@ class Attention(nn.Module):
             if norm is not None:
                 norm.reset_parameters()
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         # Imported at call time so that building a model never depends on the kernel package.
         from flamia_kernels import flamia_attention
 
@@ -156,7 +160,10 @@ class Attention(nn.Module):
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         # The kernels take bf16 operands in (B, heads, S, Dh) and expand GQA themselves.
         q, k, v = (t.transpose(1, 2).to(torch.bfloat16) for t in (q, k, v))
-        y = flamia_attention(q, k, v, spec=self.spec, causal=True)  # (B, H, S, Dh) bf16
+        if mask is None:
+            y = flamia_attention(q, k, v, spec=self.spec, causal=True)  # (B, H, S, Dh) bf16
+        else:  # document masking: block-diagonal causal (flamia_train.document_mask)
+            y = document_attention(q, k, v, mask, self.spec)
         y = y.to(x.dtype).transpose(1, 2).reshape(B, S, self.n_heads * self.head_dim)  # (B, S, H·Dh)
         return self.wo(y)
 
@@ -195,8 +202,8 @@ class Block(nn.Module):
         self.mlp_norm.reset_parameters()
         self.mlp.init_weights(std, out_std)
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), freqs)  # (B, S, D_model)
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), freqs, mask)  # (B, S, D_model)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -221,6 +228,7 @@ class GPT(nn.Module):
         # RoPE tables are computed lazily per (seq_len, device) and never stored in the state
         # dict, so a meta-device model needs nothing re-materialised after to_empty().
         self._rope_cache: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self.rope_scaling = RopeScaling()  # context extension: set_rope_scaling
         if not self.tok_embeddings.weight.is_meta:
             self.init_weights()
 
@@ -250,10 +258,22 @@ class GPT(nn.Module):
         self.cfg.rope_theta = float(theta)
         self._rope_cache.clear()
 
+    def set_rope_scaling(self, method: str = "none", factor: float = 1.0, original_seq_len: int = 0,
+                         beta_fast: float = 32.0, beta_slow: float = 1.0) -> None:
+        """Rescale RoPE from the next forward on: none | linear | ntk | yarn (flamia_train.rope).
+
+        `factor` >= 1 is the context multiple; yarn also needs `original_seq_len`, the
+        length the model was trained at. Raises ConfigError for a bad value.
+        """
+        scaling = RopeScaling(method, float(factor), int(original_seq_len), float(beta_fast), float(beta_slow))
+        self.rope_scaling = scaling.check()
+        self._rope_cache.clear()
+
     def _rope(self, seq_len: int, device: torch.device) -> torch.Tensor:
         key = (seq_len, device)
         if key not in self._rope_cache:
-            self._rope_cache[key] = rope_frequencies(seq_len, self.cfg.head_dim, self.cfg.rope_theta, device)
+            self._rope_cache[key] = rope_frequencies(seq_len, self.cfg.head_dim, self.cfg.rope_theta, device,
+                                                     self.rope_scaling)
         return self._rope_cache[key]
 
     # ---- weights -------------------------------------------------------------------------
@@ -304,8 +324,11 @@ class GPT(nn.Module):
         return 6 * n_matmul + 6 * c.n_layers * c.n_heads * c.head_dim * seq_len
 
     # ---- forward -------------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """tokens (B, S) int64 -> logits (B, S, V) in the compute dtype.
+
+        `doc_ids` (B, S) int64, optional: document index of each token (the loader's
+        `next_batch(doc_ids=True)`); when given, attention stays inside each document.
 
         The compute dtype is the parameters' dtype: fp32 for a plain model, bf16 under
         FSDP2 with param_dtype=bf16. Take the loss on `logits.float()`.
@@ -313,6 +336,7 @@ class GPT(nn.Module):
         _, S = tokens.shape
         freqs = self._rope(S, tokens.device)  # (S, Dh/2) complex64; FSDP never casts complex inputs
         h = self.tok_embeddings(tokens)  # (B, S, D_model)
+        mask = None if doc_ids is None else document_causal_mask(doc_ids)  # (B, 1, S, S) bool
         for block in self.layers:
-            h = block(h, freqs)
+            h = block(h, freqs, mask)
         return self.output(self.norm(h))  # (B, S, V)
