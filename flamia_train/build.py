@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from flamia_train import data, parallel
 from flamia_train.checkpoint import CheckpointManager, RNGState
 from flamia_train.config import FlamiaConfig
+from flamia_train.guard import StepGuard
 from flamia_train.metrics import MetricLogger, ProgressBar, peak_flops
 from flamia_train.model import GPT
 from flamia_train.precision import format_table
@@ -101,6 +102,7 @@ class Run:
     attention_specs: list
     rng: RNGState
     state: TrainState = field(default_factory=TrainState)
+    guard: StepGuard = field(default_factory=StepGuard)
     resumed_from: Path | None = None
 
     @property
@@ -116,7 +118,8 @@ class Run:
         }
 
     def _app_state(self) -> dict:
-        return {"train_state": self.state, "train_loader": self.train_loader, "lr_schedule": self.lr_schedule}
+        return {"train_state": self.state, "train_loader": self.train_loader, "lr_schedule": self.lr_schedule,
+                "guard": self.guard}
 
     def save_checkpoint(self) -> Path:
         return self.checkpoints.save(
@@ -197,6 +200,7 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
         logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
         flops_per_token=model.flops_per_token(t.seq_len),
         peak_flops=_cluster_peak(env), attention_specs=specs, rng=RNGState(t.seed, env.rank),
+        guard=StepGuard(t.spike_sigma, t.spike_window, t.max_bad_steps),
     )
     meta = run.resume(cfg.resume)
     run.logger = MetricLogger(cfg.logger, run_dir, config_dict, meta.get("wandb_run_id"), env.is_main)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from flamia_train.checkpoint import CheckpointConfig
 from flamia_train.data import DataConfig
 from flamia_train.errors import ConfigError
+from flamia_train.guard import validate_guard
 from flamia_train.metrics import LoggerConfig
 from flamia_train.model import ModelConfig
 from flamia_train.parallel import ParallelConfig
@@ -102,6 +103,7 @@ def _validate_train(cfg: FlamiaConfig, world_size: int) -> None:
         raise ConfigError("train.beta1/beta2", (t.beta1, t.beta2), "each must be in [0, 1)")
     if t.seq_len % SEQ_BLOCK:
         raise ConfigError("train.seq_len", t.seq_len, f"must be a multiple of the attention block {SEQ_BLOCK}")
+    validate_guard(t.spike_sigma, t.spike_window, t.max_bad_steps, t.inject_fault)
     micro_tokens = t.micro_batch_size * t.seq_len * world_size
     if t.tokens_per_step and t.tokens_per_step % micro_tokens:
         raise ConfigError(

@@ -35,7 +35,7 @@ def main(dict_cfg: DictConfig) -> None:
                   f"tokens_per_s={summary['tokens_per_s']:.0f}", flush=True)
     except FlamiaError as err:
         print(f"flamia-train: error: {err}", file=sys.stderr, flush=True)
-        code = 2
+        code = getattr(err, "exit_code", 2)  # 2: bad input; 3: the run halted itself (guard.TrainingHalted)
     finally:
         if run is not None:
             run.close(summary)

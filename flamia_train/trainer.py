@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,7 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from flamia_train import parallel
+from flamia_train.guard import FaultPlan, TrainingHalted, Verdict
 from flamia_train.metrics import Throughput, mfu, peak_memory_bytes
+from flamia_train.signals import StopSignals
 
 if TYPE_CHECKING:
     from flamia_train.build import Run
@@ -40,6 +43,10 @@ class TrainConfig:
     eval_interval: int = 100  # evaluate held-out loss every N steps (and at 0 and the end); 0 = only at the end
     eval_batches: int = 8  # micro-batches per held-out evaluation (the same ones every time)
     seed: int = 1234  # seeds weights and every rank's RNG
+    spike_sigma: float = 6.0  # skip a step whose loss/grad norm is above mean + this many std of recent ones; 0 = off
+    spike_window: int = 128  # good steps the spike statistics cover (the test starts once half are in)
+    max_bad_steps: int = 8  # consecutive skipped steps (non-finite or spike) that stop the run with a checkpoint
+    inject_fault: str = ""  # TESTING AID only: corrupt chosen steps' loss, e.g. "nan@3+spike@5-7" (guard.FaultPlan)
 
 
 class TrainState:
@@ -77,6 +84,10 @@ class Trainer:
         self.tokens_per_step = self.accum * self.cfg.micro_batch_size * self.cfg.seq_len * run.env.world_size
         self.throughput = Throughput()
         self.last_eval: float = math.nan
+        self.faults = FaultPlan.parse(self.cfg.inject_fault)
+        self.verdict = Verdict(ok=True)  # the guard's verdict on the last step
+        self.signals = StopSignals(run.env.device)
+        self.stopped_by: str | None = None  # the signal that ended the loop early, if any
 
     # -- one step ----------------------------------------------------------------------------
     def _batch(self, loader):
@@ -93,6 +104,8 @@ class Trainer:
         for _ in range(self.accum):
             inputs, targets = self._batch(run.train_loader)
             loss = cross_entropy(run.model(inputs), targets) / self.accum
+            if (scale := self.faults.loss_scale(step + 1)) != 1.0:  # testing aid only (train.inject_fault)
+                loss = loss * scale
             loss.backward()
             loss_sum += loss.detach()
         if cfg.grad_clip > 0:
@@ -101,9 +114,12 @@ class Trainer:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
         if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns a DTensor
             grad_norm = grad_norm.full_tensor()
-        run.optimizer.step()
-        run.optimizer.zero_grad(set_to_none=True)
-        return {"loss": parallel.all_reduce_mean(loss_sum).item(), "lr": lr, "grad_norm": grad_norm.item()}
+        loss_value, norm_value = parallel.all_reduce_mean(loss_sum).item(), grad_norm.item()
+        self.verdict = run.guard.check(loss_value, norm_value)  # global values: the same verdict on every rank
+        if self.verdict.ok:
+            run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)  # a skipped step's gradients are dropped
+        return {"loss": loss_value, "lr": lr, "grad_norm": norm_value, **run.guard.metrics()}
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -135,6 +151,32 @@ class Trainer:
         return self.cfg.eval_batches > 0 and (step == self.cfg.steps or (every > 0 and step % every == 0))
 
     def fit(self) -> dict:
+        """Train to `steps`; on SIGTERM/SIGUSR1 checkpoint and return early; TrainingHalted from the guard."""
+        self.signals.install()
+        try:
+            return self._loop()
+        finally:
+            self.signals.uninstall()
+
+    def _say(self, text: str) -> None:
+        if self.run.env.is_main:
+            print(text, file=sys.stderr, flush=True)
+
+    def _skipped(self, step: int) -> None:
+        """Report a step the guard skipped; after max_bad_steps in a row, checkpoint and halt."""
+        guard, why = self.run.guard, self.verdict.reason
+        self._say(f"guard: step {step} skipped ({why}); {guard.streak} in a row, {guard.skipped} in total")
+        if not self.verdict.stop:
+            return
+        guard.reset_streak()  # a resume after fixing the cause gets max_bad_steps fresh chances
+        path = self.run.save_checkpoint()
+        raise TrainingHalted(
+            f"stopped at step {step} after {self.cfg.max_bad_steps} consecutive bad steps (train.max_bad_steps); "
+            f"last: {why}. Checkpoint {path} holds the last good weights (no bad update was applied); "
+            "fix the cause (e.g. a lower train.lr, the data) and resume"
+        )
+
+    def _loop(self) -> dict:
         run, state = self.run, self.run.state
         if state.step == 0 and self.cfg.eval_batches > 0:
             self._record({"eval/loss": self.evaluate()}, step=0)
@@ -153,16 +195,22 @@ class Trainer:
                 peak_memory_gb=peak_memory_bytes(run.env.device) / 2**30,
                 tokens_seen=state.tokens_seen,
             )
-            if not math.isfinite(metrics["loss"]):
-                raise FloatingPointError(f"loss became {metrics['loss']} at step {state.step}")
             if self._should_eval(state.step):
                 metrics["eval/loss"] = self.evaluate()
             if state.step % run.cfg.logger.log_interval == 0 or "eval/loss" in metrics:
                 self._record(metrics, state.step)
             run.progress.update(state.step, metrics)
+            if not self.verdict.ok:
+                self._skipped(state.step)
+            stop = self.signals.requested()  # collective: every rank leaves at the same step
             interval = run.cfg.checkpoint.interval
-            if interval and state.step % interval == 0 and state.step < self.cfg.steps:
+            if interval and state.step % interval == 0 and state.step < self.cfg.steps and not stop:
                 run.save_checkpoint()
+            if stop:
+                self.stopped_by = self.signals.describe()
+                self._say(f"received {self.stopped_by}: stopping after step {state.step} with a checkpoint "
+                          "(resume=auto continues)")
+                break
         if state.step > start_step:  # the final state, unless this process ran no step (already done)
             run.save_checkpoint()
         return self.summary()
@@ -173,4 +221,6 @@ class Trainer:
             "heldout_loss": self.last_eval,
             "tokens_per_s": self.throughput.tokens_per_s() or 0.0,
             "tokens_seen": self.run.state.tokens_seen,
+            "skipped_steps": self.run.guard.skipped,
+            **({"stopped_by": self.stopped_by} if self.stopped_by else {}),
         }
