@@ -40,7 +40,9 @@ class _QuantizedLinear(torch.autograd.Function):
             y = y + bias
         ctx.save_for_backward(x, weight)
         ctx.cfg = (spec, stats, seed, bias is not None)
-        return y.reshape(*x.shape[:-1], weight.shape[0])
+        # Not a view (aten.matmul folds batch dims the same way): FSDP2 warns on view outputs,
+        # whose in-place use would drop its pre-backward hook.
+        return torch.ops.aten._unsafe_view(y.contiguous(), (*x.shape[:-1], weight.shape[0]))
 
     @staticmethod
     def backward(ctx, grad_y):

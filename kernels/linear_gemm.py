@@ -48,7 +48,7 @@ FORMAT_KINDS: dict[str, tuple[Kind, Kind]] = {
     "nvfp4": (NV_1x16, NV_16x16),
 }
 # Seed salts so each random draw of one step and layer is independent of the others.
-_SALT_DGRAD_SR, _SALT_WGRAD_SR, _SALT_RHT = 1, 2, 3
+DGRAD_SR_SALT, WGRAD_SR_SALT, RHT_SALT = 1, 2, 3
 
 _NATIVE_BROKEN: dict[tuple, str] = {}  # (device capability, kinds) -> error text, so we try once
 _WARNED: set[str] = set()
@@ -160,7 +160,7 @@ def dgrad(dy: torch.Tensor, w: torch.Tensor, fmt: str, stats: QuantStats | None 
     a_kind, w_kind = FORMAT_KINDS[fmt]
     kmult, opts = _k_multiple(fmt), _opts(fmt, dy.device, stats)
     sr = fmt == "nvfp4"
-    gen = _generator(seed, _SALT_DGRAD_SR, dy.device) if sr else None
+    gen = _generator(seed, DGRAD_SR_SALT, dy.device) if sr else None
     a = quantize_operand(dy, a_kind, kmult, stochastic=sr, generator=gen, key="dgrad.dy", **opts)
     if w_kind.is_2d:
         b = quantize_operand(w, w_kind, kmult, key="dgrad.w", **opts).t()
@@ -185,7 +185,7 @@ def wgrad(dy: torch.Tensor, x: torch.Tensor, fmt: str, out_dtype: torch.dtype,
         return (a_src @ b_src.t()).to(out_dtype)
     kmult, opts = _k_multiple(fmt), _opts(fmt, dy.device, stats)
     sr = fmt == "nvfp4"
-    gen = _generator(seed, _SALT_WGRAD_SR, dy.device) if sr else None
+    gen = _generator(seed, WGRAD_SR_SALT, dy.device) if sr else None
     a = quantize_operand(a_src, a_kind, kmult, stochastic=sr, generator=gen, key="wgrad.dy", **opts)
     b = quantize_operand(b_src, a_kind, kmult, key="wgrad.x", **opts)
     return _product(fmt, a, b, (dy.shape[1], x.shape[1], dy.shape[0]), out_dtype, dy.device)
@@ -195,4 +195,4 @@ def _rotate(t: torch.Tensor, seed: int) -> torch.Tensor:
     """t [R, T] zero-padded to T % 16 == 0 and rotated along T (fp32); padding keeps a·bᵀ exact."""
     pad = -t.shape[1] % RHT_BLOCK
     tp = torch.nn.functional.pad(t.float(), (0, pad)) if pad else t
-    return random_hadamard_transform(tp, mix_seed(seed, _SALT_RHT))
+    return random_hadamard_transform(tp, mix_seed(seed, RHT_SALT))
