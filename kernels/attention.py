@@ -70,7 +70,7 @@ def check_inputs(q, k, v, spec: AttentionSpec) -> None:
 
 def _transposed(op: Operand) -> tuple[torch.Tensor, torch.Tensor]:
     """(values [..., D, S] contiguous, scale): Vᵀ, the K-major layout the PV product reads."""
-    return op.vals.transpose(-1, -2).contiguous(), op.scale
+    return op.vals_t, op.scale
 
 
 class _FlamiaAttention(torch.autograd.Function):
@@ -79,7 +79,7 @@ class _FlamiaAttention(torch.autograd.Function):
         from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
-        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK)
+        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True)
         vt = _transposed(ops.v)
         save_o8 = spec.do != "bf16"
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards,
@@ -140,7 +140,8 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
 
     spec = AttentionSpec.parse(spec)
     check_inputs(q, k, v, spec)
-    ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK)
+    ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
+                          v_transposed=True)
     o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False)
     return o, reference.lse_from_saved(lse2)

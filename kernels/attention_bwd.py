@@ -10,6 +10,11 @@ are the forward's (FLAMIA.md, "consistent"). Per tile (see `reference`):
     dK_j += deq_rows(dSᵀ ∘ s_q)_j · Q8                      dS quantized along queries (contraction)
     dQ_i += deq_rows(dS ∘ s_k)_i · K8                       dS quantized along keys (contraction)
 
+Tiles: dK/dV programs own a 128-key tile and walk 64-query sub-tiles; dQ programs own a
+128-query tile and walk 64-key sub-tiles (DS_TILE: dS's scale group, one row scale per
+sub-tile, the same in `reference`), so the [128, 64] score tiles and two [128, D] fp32
+accumulators fit in registers.
+
 Partner folding (FLAMIA.md): a per-token scale along a product's contraction axis
 (s_dO in dV, s_q in dK, s_k in dQ) is multiplied into the partner before the
 partner is quantized or rounded, so the stored bytes serve both orientations.
@@ -22,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from ._triton_env import HAS_TRITON, INTERPRET
-from .attention_fwd import launch_config
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
+from .reference import DS_TILE
 
 if HAS_TRITON:
     import triton
@@ -45,11 +50,11 @@ if HAS_TRITON:
 
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
-                 qk_scale, P_GLOB, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                 qk_scale, P_GLOB, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr,
                  DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
                  INTERP: tl.constexpr):
-        """One query tile's contribution to the dK, dV of one key tile (transposed tiles [BN, BM])."""
-        offs_m = start_m + tl.arange(0, BLOCK)
+        """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM])."""
+        offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
         m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
@@ -60,65 +65,67 @@ if HAS_TRITON:
             if SAFE:
                 r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
             else:
-                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
         else:
-            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
         pt = tl.exp2(st - m[None, :])  # (BN, BM)
-        xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[None, :]
-        if PV_FMT == 1:  # the forward's P bytes, transposed
-            pq_t = p_fp8(xt, INTERP)
-            prs = tl.full([BLOCK], 1.0 / 256.0, tl.float32)
-        else:
-            pq, prs = quant_rows(tl.trans(xt), P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
+        xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
+        if PV_FMT == 1:  # the forward's P bytes, transposed (exact in bf16)
+            pq_t = p_fp8(xt, INTERP).to(tl.bfloat16)
+            prs = tl.full([BM], 1.0 / 256.0, tl.float32)
+        else:  # quantized along keys, as the forward did
+            pq, prs = quant_rows(tl.trans(xt), P_GLOB, PV_FMT, True, BM, BN, TINY, INTERP)
             pq_t = tl.trans(pq).to(tl.bfloat16)
         w = r * prs * sdo * linv  # dO's row factor: r·prs/l (P's dequantization) and s_dO (folded)
         dob = to_bf16(do.to(tl.float32) * w[:, None], INTERP)
         dv += mma(pq_t, dob, INTERP)
         dpt = mma(v, tl.trans(do.to(tl.bfloat16)), INTERP) * (vs[:, None] * sdo[None, :])
         dst = (pt * linv[None, :]) * (dpt - delta[None, :])
-        yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BLOCK, BLOCK, TINY, INTERP)
+        yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BN, BM, TINY, INTERP)
         dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
         return dk, dv
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DK, DV, qk_scale, sm_scale, P_GLOB,
-                     S, G, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
-                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+                     S, G, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr,
+                     DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
+                     INTERP: tl.constexpr):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
-        offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+        offs_n = pid_n * BN + tl.arange(0, BN)
         offs_d = tl.arange(0, D)
         rows = bhk * S * D + offs_n[:, None] * D + offs_d[None, :]
         k = tl.load(K + rows)
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
         v = tl.trans(tl.load(VT + bhk * S * D + offs_d[:, None] * S + offs_n[None, :])).to(tl.bfloat16)
-        dk = tl.zeros([BLOCK, D], tl.float32)
-        dv = tl.zeros([BLOCK, D], tl.float32)
+        dk = tl.zeros([BN, D], tl.float32)
+        dv = tl.zeros([BN, D], tl.float32)
         if CAUSAL:
-            lo = (pid_n + 1) * BLOCK
+            lo = (pid_n + 1) * BN
         else:
             lo = 0
         for g in range(G):  # the query heads sharing this K/V head
             bh = bhk * G + g
-            if CAUSAL:
-                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, pid_n * BLOCK,
-                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, True, SAFE,
-                                  TINY, INTERP)
-            for start_m in range(lo, S, BLOCK):
+            if CAUSAL:  # the diagonal: query sub-tiles inside this key tile, masked
+                for start_m in range(pid_n * BN, lo, BM):
+                    dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
+                                      offs_n, offs_d, S, qk_scale, P_GLOB, D, BN, BM, PV_FMT, DS_FMT, True,
+                                      SAFE, TINY, INTERP)
+            for start_m in range(lo, S, BM):
                 dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BLOCK, PV_FMT, DS_FMT, False, SAFE,
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BN, BM, PV_FMT, DS_FMT, False, SAFE,
                                   TINY, INTERP)
-        dv = dv * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), vs)[:, None]
+        dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
         tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
 
     @triton.jit
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
-                D: tl.constexpr, BLOCK: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
+                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
                 TINY: tl.constexpr, INTERP: tl.constexpr):
-        """One key tile's contribution to the dQ of one query tile."""
-        cols = start_n + tl.arange(0, BLOCK)
+        """One BN-key sub-tile's contribution to the dQ of one BM-query tile."""
+        cols = start_n + tl.arange(0, BN)
         k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
         ks = tl.load(KS + bhk * S + cols)
         vs = tl.load(VS + bhk * S + cols)
@@ -129,43 +136,54 @@ if HAS_TRITON:
         p = tl.exp2(s - m[:, None])
         dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
         ds = (p * linv[:, None]) * (dp - delta[:, None])
-        yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BLOCK, BLOCK, TINY, INTERP)
+        yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BM, BN, TINY, INTERP)
         dq += mma(yq.to(tl.bfloat16), k.to(tl.bfloat16), INTERP) * ys[:, None]
         return dq
 
     @triton.jit
     def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DQ, qk_scale, sm_scale, P_GLOB, S, G,
-                   D: tl.constexpr, BLOCK: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
-                   TINY: tl.constexpr, INTERP: tl.constexpr):
+                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
+                   CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
         pid_m = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
-        offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+        offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = tl.arange(0, D)
         rows = bh * S * D + offs_m[:, None] * D + offs_d[None, :]
         q = tl.load(Q + rows)
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
         m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
-        dq = tl.zeros([BLOCK, D], tl.float32)
+        dq = tl.zeros([BM, D], tl.float32)
         if CAUSAL:
-            hi = pid_m * BLOCK
+            hi = pid_m * BM
         else:
             hi = S
-        for start_n in range(0, hi, BLOCK):
+        for start_n in range(0, hi, BN):
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                         P_GLOB, D, BLOCK, DS_FMT, False, TINY, INTERP)
-        if CAUSAL:
-            dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, pid_m * BLOCK, offs_m,
-                         offs_d, S, P_GLOB, D, BLOCK, DS_FMT, True, TINY, INTERP)
+                         P_GLOB, D, BM, BN, DS_FMT, False, TINY, INTERP)
+        if CAUSAL:  # the diagonal: key sub-tiles inside this query tile, masked
+            for start_n in range(hi, hi + BM, BN):
+                dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d,
+                             S, P_GLOB, D, BM, BN, DS_FMT, True, TINY, INTERP)
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
+def launch_config(d: int) -> dict:
+    """Backward launch: 8 warps, 2 stages on sm_90 (the dK/dV program holds two [128, D] fp32
+    accumulators); one stage under the interpreter."""
+    if INTERPRET:
+        return {"num_warps": 4, "num_stages": 1}
+    return {"num_warps": 8, "num_stages": 2}
+
+
 def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
-             block: int):
+             block: int, config: dict | None = None):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
 
     q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); lse2, moff: the forward's row
-    statistics (reference.pack_stats); delta fp32 [B, Hq, S].
+    statistics (reference.pack_stats); delta fp32 [B, Hq, S]. block: the forward tile (SEQ_BLOCK);
+    the sub-tiles along each product's contraction are DS_TILE (dS's scale group). config:
+    num_warps / num_stages override (benchmark sweeps).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -173,12 +191,12 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
     dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
-    common = dict(D=d, BLOCK=block, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
-                  **launch_config(d, True))
+    common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
+                  **(config or launch_config(d)))
     args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv)
-    _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, PV_FMT=fmt_code(spec.pv), SAFE=safeguards,
-                                          **common)
-    _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, **common)
+    _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, BN=block, BM=DS_TILE,
+                                          PV_FMT=fmt_code(spec.pv), SAFE=safeguards, **common)
+    _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=DS_TILE, **common)
     return dq, dk, dv

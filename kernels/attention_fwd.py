@@ -109,10 +109,12 @@ def launch_config(d: int, emulated: bool) -> dict:
     return {"num_warps": 8, "num_stages": 2 if emulated else 3}
 
 
-def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool):
+def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
+            config: dict | None = None):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
+    config: num_warps / num_stages override (benchmark sweeps).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
@@ -130,7 +132,7 @@ def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, blo
         sm_scale * 1.4426950408889634, p_global_value(), seq, group,
         D=d, BLOCK=block, PV_FMT=pv, CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
         INTERP=INTERPRET,
-        **launch_config(d, spec.emulated),
+        **(config or launch_config(d, spec.emulated)),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -35,6 +35,7 @@ class Operand:
 
     vals: torch.Tensor
     scale: torch.Tensor
+    vals_t: torch.Tensor | None = None  # the same values [..., D, S] when a kernel reads them K-major
 
     def dequant(self) -> torch.Tensor:
         """fp32 [..., S, D] = vals * scale."""
@@ -62,13 +63,22 @@ def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
     return amax.expand(*amax.shape[:-2], block, 1).reshape(*x.shape[:-2], seq, 1)
 
 
-def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None) -> Operand:
+def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None,
+                     transposed: bool = False) -> Operand:
     """Quantize x [..., S, D] (bf16) to `fmt` with `impl` (module `formats` or `quantize`).
 
     block None: per-token scales (causally safe). block = n: one scale over n tokens
-    (leaky unless only ever read off the causal diagonal).
+    (leaky unless only ever read off the causal diagonal). transposed: also fill `vals_t`
+    (written in the same pass by `quantize`'s per-token fp8 kernel).
     """
     seq = x.shape[-2]
+    if transposed:
+        if fmt == "fp8" and block is None and impl is not F:
+            x8, scale, x8t = impl.quantize_fp8_per_token(x, transposed=True)
+            return Operand(x8, _per_token(scale, seq, None), x8t)
+        op = quantize_operand(x, fmt, impl, block)
+        op.vals_t = op.vals.transpose(-1, -2).contiguous()
+        return op
     if fmt == "bf16":
         return Operand(x.to(torch.bfloat16).contiguous(), torch.ones(x.shape[:-1], device=x.device))
     if fmt == "fp8":
@@ -105,13 +115,14 @@ class ForwardOperands:
     v: Operand
 
 
-def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int) -> ForwardOperands:
-    """Quantize Q, K (spec.qk) and V (spec.pv). Safeguards off: token-block scales (leaky)."""
+def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False):
+    """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout).
+    Safeguards off: token-block scales (leaky)."""
     leak = None if safeguards else block
     return ForwardOperands(
         quantize_operand(q, spec.qk, impl, leak),
         quantize_operand(k, spec.qk, impl, leak),
-        quantize_operand(v, spec.pv, impl, leak),
+        quantize_operand(v, spec.pv, impl, leak, transposed=v_transposed),
     )
 
 

@@ -15,7 +15,8 @@ interpreter is off). The math, one query row i, key j <= i (log2 units, c = sm_s
 Backward (straight-through for every quantizer; dO quantized per `do`, dS per `ds`):
 dV_j = (1/s_v[j]) Σ_i deq(x)_ij · bf16(dO_i · r_in / l_i); dP = dO·Vᵀ; dS = P ∘ (dP - delta)
 with P = p / l and delta = rowsum(dO ∘ O) from the fp8-saved O; dQ = sm_scale·Σ deq(dS∘s_k)·k8,
-dK = sm_scale·Σ deq(dSᵀ∘s_q)·q8 with dS quantized along each product's contraction axis.
+dK = sm_scale·Σ deq(dSᵀ∘s_q)·q8 with dS quantized along each product's contraction axis, one
+scale per row and DS_TILE-long group (the backward kernels' sub-tile).
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from .spec import SEQ_BLOCK, AttentionSpec
 
 LOG2E = 1.4426950408889634
 P_FP8_SCALE = 1.0 / 256.0  # fixed P scale: x in [0, 1] -> [0, 256] in E4M3, a power of two (exact)
+# dS's scale group along each product's contraction axis (queries for dK, keys for dQ): the
+# backward kernels' sub-tile, smaller than SEQ_BLOCK so the [128, 64] tiles fit in registers.
+DS_TILE = 64
 
 
 def p_nvfp4_global() -> torch.Tensor:
@@ -122,7 +126,7 @@ def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
-                  causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK):
+                  causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE):
     """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile)
     b, hq, seq, _ = ops.q.vals.shape
@@ -137,9 +141,10 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     dp = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
     dp = dp * (do.scale[..., :, None] * pr.vs[..., None, :])
     ds = (pr.p * linv[..., None]) * (dp - delta[..., None])
-    yq, ys = quant_rows(ds * pr.kv(ops.k.scale)[..., None, :], spec.ds, fixed=False, tile=tile)
+    yq, ys = quant_rows(ds * pr.kv(ops.k.scale)[..., None, :], spec.ds, fixed=False, tile=ds_tile)
     dq = ((yq * ys) @ pr.kv(ops.k.vals).float()) * sm_scale
-    yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False, tile=tile)
+    yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False,
+                        tile=ds_tile)
     dk = ((yq * ys) @ ops.q.vals.float()).unflatten(1, (hkv, hq // hkv)).sum(2) * sm_scale
     return dq, dk, dv
 

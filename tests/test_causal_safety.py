@@ -24,14 +24,15 @@ EDGES = [0, 1, 15, 16, 31, 32, 63, 64, SEQ_BLOCK - 1, SEQ_BLOCK]
 OPS = ("q", "k", "v")
 
 
-def _t_values(seed: int) -> list[int]:
-    return EDGES + [random.Random(seed).randrange(SEQ_BLOCK + 1, SEQ - 2)]
+def _t_values(seed: int, seq: int = SEQ) -> list[int]:
+    extra = [seq // 2 - 1, seq // 2] if seq > SEQ else []
+    return EDGES + extra + [random.Random(seed).randrange(SEQ_BLOCK + 1, seq - 2)]
 
 
 KINDS = ("random", "outlier", "tiny-then-one")
 
 
-def _variants(ts, gen, kinds_for_t=lambda i: KINDS):
+def _variants(ts, gen, kinds_for_t=lambda i: KINDS, seq: int = SEQ):
     """Batch of sequences and (base row, perturbed row, t, label) pairs (module docstring).
 
     `kinds_for_t(i)`: the perturbation kinds applied at the i-th t, each to Q, K and V.
@@ -44,7 +45,7 @@ def _variants(ts, gen, kinds_for_t=lambda i: KINDS):
 
     for n, t in enumerate(ts):  # a base per t: its dO is zero beyond t
         kinds = kinds_for_t(n)
-        base = [torch.randn(SEQ, DIM, generator=gen) for _ in OPS]
+        base = [torch.randn(seq, DIM, generator=gen) for _ in OPS]
         b0 = add(base)
         tiny = [x.clone() for x in base]
         for x in tiny:
@@ -53,7 +54,7 @@ def _variants(ts, gen, kinds_for_t=lambda i: KINDS):
         for i, name in enumerate(OPS):
             if "random" in kinds:
                 fresh = [x.clone() for x in base]
-                fresh[i][t + 1:] = torch.randn(SEQ - t - 1, DIM, generator=gen)
+                fresh[i][t + 1:] = torch.randn(seq - t - 1, DIM, generator=gen)
                 pairs.append((b0, add(fresh), t, f"{name}-random"))
             if "outlier" in kinds:
                 big = [x.clone() for x in base]
@@ -67,15 +68,16 @@ def _variants(ts, gen, kinds_for_t=lambda i: KINDS):
     return q, k, v, pairs
 
 
-def _run(path, spec, safeguards, ts, seed, kinds_for_t=lambda i: KINDS):
+def _run(path, spec, safeguards, ts, seed, kinds_for_t=lambda i: KINDS, seq: int = SEQ, device: str = "cpu"):
     """O, LSE, dQ, dK, dV of every variant, dO zero beyond each pair's t."""
     gen = torch.Generator().manual_seed(seed)
-    q, k, v, pairs = _variants(ts, gen, kinds_for_t)
+    q, k, v, pairs = _variants(ts, gen, kinds_for_t, seq)
     do = torch.randn(q.shape, generator=gen).to(torch.bfloat16)
     for b, p, t, _ in pairs:
         do[p] = do[b]  # the same upstream gradient for a base and its perturbation
         do[b, :, t + 1:] = 0
         do[p, :, t + 1:] = 0
+    q, k, v, do = (x.to(device) for x in (q, k, v, do))
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
     fn = flamia_attention if path == "triton" else reference.attention
     o = fn(q, k, v, spec, True, safeguards)
@@ -140,6 +142,22 @@ def test_leaky_variant_is_caught(path, spec):
         bad = _leaks(outs, pairs, **check)
         for name in OPS:
             assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed: {bad}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["triton", "reference"])
+@pytest.mark.parametrize("spec", QUANTIZED)
+def test_prefix_gpu(path, spec):
+    """Tests 2, 3 and 5 on the GPU at S = 1024: the full product of t, kind and operand."""
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run(path, spec, True, ts, seed=17, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run(path, spec, False, ts, seed=18, seq=seq, device="cuda")
+    for check in ({"backward": False}, {"forward": False}):
+        bad = _leaks(outs, pairs, **check)
+        for name in OPS:
+            assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed"
 
 
 def test_prefix_forward_bf16():

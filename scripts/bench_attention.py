@@ -1,0 +1,285 @@
+"""Benchmark FLAMIA attention against SDPA (cuDNN, flash) and FlexAttention on one GPU.
+
+TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
+fwd+bwd), median of triton.testing.do_bench, for the FLAMIA presets (fp8 is the fast path;
+mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
+speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
+optionally the accuracy against exact attention, a launch-config sweep and a time profile.
+Writes <out>/bench_attention.json and <out>/bench_attention.md, prints the table last.
+
+    python scripts/bench_attention.py                          # the full table (GPU)
+    python scripts/bench_attention.py --seqs 8192 --dims 128 --presets fp8 --peers cudnn
+    python scripts/bench_attention.py --accuracy-only --seqs 2048 --dims 128   # CPU works too
+Never imported by the package.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from flamia_kernels import AttentionSpec, flamia_attention, reference
+from flamia_kernels import attention as attn
+
+TOKENS = {64: 32, 128: 16}  # heads per D (d_model 2048); batch = 32768 tokens / S
+
+
+def shape_for(seq: int, dim: int) -> tuple[int, int, int, int]:
+    """(B, H, S, D) that fills the GPU: 32k tokens per batch, d_model 2048."""
+    return max(1, 32768 // seq), TOKENS[dim], seq, dim
+
+
+def flops(b, h, s, d, mode: str) -> float:
+    fwd = 4 * b * h * s * s * d * 0.5
+    return fwd if mode == "fwd" else 3.5 * fwd
+
+
+def bench(fn) -> float:
+    """Median milliseconds."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def peer_fn(name: str, q, k, v):
+    """Forward callable of a bf16 peer."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name in ("cudnn", "flash"):
+        backend = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
+
+        def run():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return run
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention)
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, q.shape[2], q.shape[2], device=q.device)
+    return lambda: flex(q, k, v, block_mask=mask)
+
+
+def timed(fwd, q, k, v, do, mode: str) -> float:
+    if mode == "fwd":
+        with torch.no_grad():
+            return bench(fwd)
+
+    def step():
+        fwd().backward(do)
+    return bench(step)
+
+
+def speed_one(args, rows: list, seq: int, dim: int) -> None:
+    b, h, s, d = shape_for(seq, dim)
+    gen = torch.Generator(device="cuda").manual_seed(seq + dim)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    entries = [(p, lambda p=p: flamia_attention(q, k, v, p)) for p in args.presets]
+    entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v)) for p in args.peers]
+    for name, fn in entries:
+        for mode in args.modes:
+            try:
+                ms = timed(fn, q, k, v, do, mode)
+                tf = flops(b, h, s, d, mode) / ms / 1e9
+            except Exception as err:  # a peer missing on this build: record, go on
+                ms, tf = float("nan"), float("nan")
+                print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
+            emulated = "peer" not in name and AttentionSpec.parse(name).emulated
+            rows.append(dict(kind="speed", name=name, mode=mode, B=b, H=h, S=s, D=d, ms=ms, tflops=tf,
+                             emulated=emulated))
+            print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s", flush=True)
+
+
+def run_speed(args, rows: list) -> None:
+    for dim in args.dims:
+        for seq in args.seqs:
+            speed_one(args, rows, seq, dim)
+            torch.cuda.empty_cache()
+
+
+def run_saved_bytes(args, rows: list) -> None:
+    for dim in args.dims:
+        b, h, s, d = shape_for(min(args.seqs), dim)
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        bf16 = 2 * (4 * q.numel()) + 4 * q.numel() // d  # Q, K, V, O bf16 + fp32 LSE
+        for p in args.presets:
+            got = attn.saved_bytes(q, k, v, p)
+            rows.append(dict(kind="saved", name=p, D=d, bytes=got, bf16_bytes=bf16, ratio=got / bf16))
+            print(f"  saved D={d} {p:10s} {got / bf16:.3f} x bf16", flush=True)
+
+
+def _cos(a, b) -> float:
+    return F.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+
+
+def _rel(a, b) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def _grads(fn, xs, do, dtype):
+    xs = [x.detach().to(dtype).requires_grad_(True) for x in xs]
+    o = fn(*xs)
+    o.backward(do.to(o.dtype))
+    return [o.detach()] + [x.grad for x in xs]
+
+
+def run_accuracy(args, rows: list, device: str) -> None:
+    """Cosine and relative L2 of O, dQ, dK, dV against fp32 attention (N(0,1) inputs).
+    On a CPU this runs reference.attention (the same math as the kernels)."""
+    fn = flamia_attention if device == "cuda" else reference.attention
+    seq = args.seqs[0]
+    for dim in args.dims:
+        gen = torch.Generator(device=device).manual_seed(7)
+        b, h = 1, 4 if device == "cuda" else 1
+        qkv = [torch.randn(b, h, seq, dim, device=device, generator=gen).to(torch.bfloat16) for _ in range(3)]
+        do = torch.randn(b, h, seq, dim, device=device, generator=gen).to(torch.bfloat16)
+        exact = _grads(lambda *x: reference.attention(*x, "bf16"), qkv, do, torch.float32)
+        for p in ["bf16"] + list(args.presets):
+            got = _grads(lambda *x, p=p: fn(*x, p), qkv, do, torch.bfloat16)
+            row = dict(kind="accuracy", name=p, S=seq, D=dim, device=device)
+            for n, a, e in zip(("O", "dQ", "dK", "dV"), got, exact, strict=True):
+                row[f"cos_{n}"], row[f"rel_{n}"] = _cos(a, e), _rel(a, e)
+            rows.append(row)
+            print(f"  acc S={seq} D={dim} {p:32s} " + " ".join(
+                f"{n} cos {row[f'cos_{n}']:.4f} rel {row[f'rel_{n}']:.4f}" for n in ("O", "dQ", "dK", "dV")),
+                flush=True)
+
+
+def profile_parts(args, seq: int) -> tuple[dict, tuple]:
+    """Callables for each stage of the fp8 fwd+bwd at one shape (D = 128)."""
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels.spec import SEQ_BLOCK
+
+    spec = AttentionSpec.parse("fp8")
+    shape = shape_for(seq, 128)
+    q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    sm = 1.0 / math.sqrt(shape[-1])
+    ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True)
+    vt = (ops.v.vals_t, ops.v.scale)
+    o, lse2, moff, o8, os_ = attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, sm, SEQ_BLOCK, True)
+    do_op = quantize_operand(do, "fp8", QZ)
+    delta = backward_delta(do_op, Operand(o8, os_))
+    fwd = lambda cfg=None: attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, sm, SEQ_BLOCK, True,  # noqa
+                                                 config=cfg)
+    bwd = lambda cfg=None: attention_bwd.backward(ops.q, ops.k, vt, do_op, lse2, moff, delta, spec,  # noqa
+                                                  True, True, sm, SEQ_BLOCK, config=cfg)
+    parts = {
+        "fwd pre-pass (quantize Q, K, V)": lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
+        "fwd kernel": fwd,
+        "bwd pre-pass (quantize dO, delta)": lambda: backward_delta(quantize_operand(do, "fp8", QZ),
+                                                                    Operand(o8, os_)),
+        "bwd kernels (dK/dV + dQ)": bwd,
+    }
+    for cfg in args.bwd_configs:
+        parts[f"bwd kernels {cfg}"] = lambda cfg=cfg: bwd(cfg)
+    for cfg in args.fwd_configs:
+        parts[f"fwd kernel {cfg}"] = lambda cfg=cfg: fwd(cfg)
+    return parts, shape
+
+
+def run_profile(args, rows: list) -> None:
+    """Where the fp8 fwd+bwd time goes: pre-pass, forward kernel, backward pre-pass, dK/dV + dQ."""
+    for seq in args.seqs:
+        parts, (b, h, s, d) = profile_parts(args, seq)
+        for name, fn in parts.items():
+            try:
+                ms = bench(fn)
+            except Exception as err:
+                ms = float("nan")
+                print(f"  profile {name} failed: {err!s:.300}", flush=True)
+            rows.append(dict(kind="profile", name=name, S=s, D=d, B=b, H=h, ms=ms))
+            print(f"  profile S={s} D={d} {name:40s} {ms:8.3f} ms", flush=True)
+        torch.cuda.empty_cache()
+
+
+def markdown(rows: list, meta: dict) -> str:
+    out = [f"Command: `{meta['command']}`  ", f"Commit {meta['commit']}, {meta['date']}, {meta['gpu']}, "
+           f"torch {meta['torch']}, triton {meta['triton']}", ""]
+    speed = [r for r in rows if r["kind"] == "speed"]
+    if speed:
+        cudnn = {(r["S"], r["D"], r["mode"]): r["tflops"] for r in speed if r["name"].startswith("cudnn")}
+        out += ["| S | D | B×H | impl | mode | ms | TFLOP/s | × cuDNN |", "|---|---|---|---|---|---|---|---|"]
+        for r in speed:
+            ref = cudnn.get((r["S"], r["D"], r["mode"]), float("nan"))
+            label = r["name"] + (" (emulated)" if r["emulated"] else "")
+            out.append(f"| {r['S']} | {r['D']} | {r['B']}×{r['H']} | {label} | {r['mode']} | {r['ms']:.3f} | "
+                       f"{r['tflops']:.1f} | {r['tflops'] / ref:.2f} |")
+    saved = [r for r in rows if r["kind"] == "saved"]
+    if saved:
+        out += ["", "| preset | D | saved bytes / bf16 |", "|---|---|---|"]
+        out += [f"| {r['name']} | {r['D']} | {r['ratio']:.3f} |" for r in saved]
+    acc = [r for r in rows if r["kind"] == "accuracy"]
+    if acc:
+        out += ["", "| preset | S | D | cos O | cos dQ | cos dK | cos dV | rel O | rel dQ | rel dK | rel dV |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in acc:
+            out.append(f"| {r['name']} | {r['S']} | {r['D']} | " + " | ".join(
+                f"{r[f'cos_{n}']:.4f}" for n in ("O", "dQ", "dK", "dV")) + " | " + " | ".join(
+                f"{r[f'rel_{n}']:.4f}" for n in ("O", "dQ", "dK", "dV")) + " |")
+    prof = [r for r in rows if r["kind"] == "profile"]
+    if prof:
+        out += ["", "| S | D | part | ms |", "|---|---|---|---|"]
+        out += [f"| {r['S']} | {r['D']} | {r['name']} | {r['ms']:.3f} |" for r in prof]
+    return "\n".join(out) + "\n"
+
+
+def _configs(text: str) -> list[dict]:
+    """"8x3,4x4" -> [{"num_warps": 8, "num_stages": 3}, ...]."""
+    out = []
+    for part in filter(None, text.split(",")):
+        w, st = part.split("x")
+        out.append({"num_warps": int(w), "num_stages": int(st)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    words = lambda s: [x for x in s.split(";" if ";" in s else ",") if x]  # noqa: E731
+    ap.add_argument("--seqs", type=ints, default=[2048, 8192, 16384, 32768])
+    ap.add_argument("--dims", type=ints, default=[64, 128])
+    ap.add_argument("--presets", type=words, default=["fp8", "nvfp4-fp8", "mxfp8", "nvfp4"],
+                    help="comma-separated presets, or ';'-separated specs such as 'qk=fp8,pv=fp8;fp8'")
+    ap.add_argument("--peers", type=words, default=["cudnn", "flash", "flex"])
+    ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
+    ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
+    ap.add_argument("--accuracy-only", action="store_true", help="only the accuracy table (CPU: reference)")
+    ap.add_argument("--profile", action="store_true", help="also the fp8 time profile (D=128)")
+    ap.add_argument("--fwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x3,4x3")
+    ap.add_argument("--bwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x2,4x2")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    rows: list = []
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    import triton
+
+    meta = dict(command="python " + " ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                commit=os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or "unknown",
+                gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                torch=torch.__version__, triton=triton.__version__)
+    print(json.dumps(meta), flush=True)
+    if args.accuracy or args.accuracy_only:
+        run_accuracy(args, rows, device)
+    if not args.accuracy_only:
+        run_saved_bytes(args, rows)
+        if args.profile:
+            run_profile(args, rows)
+        run_speed(args, rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_attention.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    table = markdown(rows, meta)
+    (out / "bench_attention.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

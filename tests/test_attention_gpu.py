@@ -1,0 +1,62 @@
+"""GPU tier (`-m gpu`): the Triton kernels against the reference at GPU sizes, and accuracy
+against exact attention at S = 4096, D = 128 on N(0,1) inputs (figures printed, -s shows them).
+
+Tolerances: Triton vs reference relative L2 <= 5e-3 (the GPU's exp2/log2/division are
+approximate, so a few more P/dS elements cross a rounding boundary than on the CPU).
+Accuracy bar (issue 3): cosine >= 0.99 for O and dV, >= 0.98 for dQ and dK; the all-4-bit
+`nvfp4` preset is held to 0.98 / 0.975 and reported (docs/kernels.md).
+"""
+import pytest
+import torch
+from flamia_kernels import flamia_attention, reference
+
+pytestmark = pytest.mark.gpu
+
+
+def _inputs(b, hq, hkv, s, d, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    mk = lambda h: torch.randn(b, h, s, d, device="cuda", generator=gen).to(torch.bfloat16)  # noqa: E731
+    return mk(hq), mk(hkv), mk(hkv), mk(hq)
+
+
+def _grads(fn, q, k, v, do, dtype=torch.bfloat16):
+    q, k, v = (x.detach().to(dtype).requires_grad_(True) for x in (q, k, v))
+    o = fn(q, k, v)
+    o.backward(do.to(o.dtype))
+    return o.detach(), q.grad, k.grad, v.grad
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def _cos(a, b):
+    return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+
+
+@pytest.mark.parametrize("spec", ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8", "qk=fp8,pv=fp8,do=bf16,ds=fp8"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_triton_matches_reference(spec, d):
+    q, k, v, do = _inputs(2, 8, 2, 1024, d, seed=d)
+    tri = _grads(lambda *x: flamia_attention(*x, spec), q, k, v, do)
+    ref = _grads(lambda *x: reference.attention(*x, spec), q, k, v, do)
+    errs = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, ref, strict=True)}
+    print(f"\n{spec} D={d} triton vs reference rel-L2: {errs}")
+    assert all(e <= 5e-3 for e in errs.values()), errs
+
+
+BARS = {"fp8": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98), "nvfp4": (0.98, 0.975)}
+
+
+@pytest.mark.parametrize("spec", list(BARS))
+def test_gpu_accuracy_vs_exact(spec):
+    q, k, v, do = _inputs(1, 4, 4, 4096, 128, seed=1)
+    exact = _grads(lambda *x: reference.attention(*x, "bf16"), q, k, v, do, torch.float32)
+    bf16 = _grads(lambda *x: flamia_attention(*x, "bf16"), q, k, v, do)
+    got = _grads(lambda *x: flamia_attention(*x, spec), q, k, v, do)
+    cos = {n: _cos(a, e) for n, a, e in zip(("O", "dQ", "dK", "dV"), got, exact, strict=True)}
+    cos_bf16 = {n: _cos(a, e) for n, a, e in zip(("O", "dQ", "dK", "dV"), got, bf16, strict=True)}
+    rel = {n: _rel(a, e) for n, a, e in zip(("O", "dQ", "dK", "dV"), got, exact, strict=True)}
+    print(f"\n{spec} S=4096 D=128 cosine vs fp32 {cos} vs bf16 SDPA {cos_bf16} rel-L2 vs fp32 {rel}")
+    hi, lo = BARS[spec]
+    assert cos["O"] >= hi and cos["dV"] >= hi and cos["dQ"] >= lo and cos["dK"] >= lo, cos
