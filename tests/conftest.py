@@ -12,6 +12,8 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+pytest_plugins = ["reliability_report"]  # counts of kill points, bad inputs and faults in the summary
+
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run tests marked slow")
