@@ -344,15 +344,15 @@ def test_flamia_linear_draws_follow_seed_and_step():
 def test_tiny_mlp_trains(fmt):
     torch.manual_seed(0)
     teacher = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 32))
-    model = torch.nn.Sequential(FlamiaLinear(64, 128), torch.nn.GELU(), FlamiaLinear(128, 32))
+    model = torch.nn.Sequential(FlamiaLinear(64, 64), torch.nn.GELU(), FlamiaLinear(64, 32))
     for m in model:
         if isinstance(m, FlamiaLinear):
             m.set_spec(fmt)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
-    for step in range(60):
+    for step in range(40):
         set_quant_step(model, step)
-        x = torch.randn(128, 64)
+        x = torch.randn(64, 64)
         with torch.no_grad():
             target = teacher(x)
         loss = F.mse_loss(model(x), target)
