@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from flamia_train import data, parallel
 from flamia_train.checkpoint import CheckpointManager, RNGState
 from flamia_train.config import FlamiaConfig
+from flamia_train.context import ContextSchedule, build_context_schedule
 from flamia_train.guard import StepGuard
 from flamia_train.metrics import MetricLogger, ProgressBar, peak_flops
 from flamia_train.model import GPT
@@ -104,6 +105,7 @@ class Run:
     state: TrainState = field(default_factory=TrainState)
     guard: StepGuard = field(default_factory=StepGuard)
     resumed_from: Path | None = None
+    context: ContextSchedule | None = None  # step -> seq_len / RoPE / micro-batch (flamia_train.context)
 
     @property
     def metrics_path(self) -> Path:
@@ -118,7 +120,8 @@ class Run:
         }
 
     def _app_state(self) -> dict:
-        return {"train_state": self.state, "train_loader": self.train_loader, "lr_schedule": self.lr_schedule,
+        return {"context_schedule": self.context,
+                "train_state": self.state, "train_loader": self.train_loader, "lr_schedule": self.lr_schedule,
                 "guard": self.guard}
 
     def save_checkpoint(self) -> Path:
@@ -193,9 +196,11 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
 
     optimizer = build_optimizer(model, t)
     lr_schedule = LRSchedule(cfg.schedule, t.lr, t.steps)
+    context = build_context_schedule(cfg.schedule.context, t, rope_theta=cfg.model.rope_theta,
+                                     world_size=env.world_size)
     config_dict = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     run = Run(
-        cfg=cfg, env=env, model=model, optimizer=optimizer, lr_schedule=lr_schedule,
+        cfg=cfg, env=env, model=model, optimizer=optimizer, lr_schedule=lr_schedule, context=context,
         train_loader=train_loader, heldout_loader=heldout_loader, heldout_start=heldout_loader.state_dict(),
         logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
         flops_per_token=model.flops_per_token(t.seq_len),
@@ -211,6 +216,8 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
     _say(env, f"flamia-train: model {cfg.model.name} ({n_params / 1e6:.1f}M params), precision {cfg.precision.name}, "
               f"{env.world_size} rank(s) on {env.device.type}, run_dir {run_dir}")
     _say(env, table)
+    if context.explicit:
+        _say(env, context.describe())
     if run.resumed_from is not None:
         _say(env, f"resumed from {run.resumed_from} at step {run.state.step}")
     return run

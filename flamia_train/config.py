@@ -17,7 +17,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from flamia_train.checkpoint import CheckpointConfig
+from flamia_train.context import build_context_schedule
 from flamia_train.data import DataConfig
+from flamia_train.document_mask import NOT_SUPPORTED, is_bf16_spec
 from flamia_train.errors import ConfigError
 from flamia_train.guard import validate_guard
 from flamia_train.metrics import LoggerConfig
@@ -105,11 +107,25 @@ def _validate_train(cfg: FlamiaConfig, world_size: int) -> None:
         raise ConfigError("train.seq_len", t.seq_len, f"must be a multiple of the attention block {SEQ_BLOCK}")
     validate_guard(t.spike_sigma, t.spike_window, t.max_bad_steps, t.inject_fault)
     micro_tokens = t.micro_batch_size * t.seq_len * world_size
-    if t.tokens_per_step and t.tokens_per_step % micro_tokens:
+    # With context stages, each stage's micro-batch is checked against tokens_per_step instead.
+    if t.tokens_per_step and t.tokens_per_step % micro_tokens and not cfg.schedule.context.stages:
         raise ConfigError(
             "train.tokens_per_step", t.tokens_per_step,
             f"must be a multiple of micro_batch_size x seq_len x data-parallel ranks = {micro_tokens}",
         )
+
+
+def _validate_context(cfg: FlamiaConfig, world_size: int) -> None:
+    """The context stages resolve (lengths, micro-batches, RoPE); document masking only where supported."""
+    build_context_schedule(cfg.schedule.context, cfg.train, rope_theta=cfg.model.rope_theta, world_size=world_size)
+    if cfg.train.document_masking:
+        from flamia_train.precision import resolve_attention_specs
+
+        specs = resolve_attention_specs(cfg.precision, cfg.model.n_layers)
+        quantized = [i for i, s in enumerate(specs) if not is_bf16_spec(s)]
+        if quantized:
+            name = getattr(specs[quantized[0]], "name", specs[quantized[0]])
+            raise ConfigError("train.document_masking", True, f"{NOT_SUPPORTED} (layer {quantized[0]} uses '{name}')")
 
 
 def _validate_data(d: DataConfig) -> None:
@@ -161,6 +177,7 @@ def validate(cfg: FlamiaConfig, world_size: int = 1) -> list:
     _validate_model(cfg.model, specs)
     _validate_train(cfg, world_size)
     validate_schedule(cfg.schedule, cfg.train.steps)
+    _validate_context(cfg, world_size)
     _validate_data(cfg.data)
     _validate_run(cfg, world_size)
     return specs

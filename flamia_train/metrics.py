@@ -22,7 +22,7 @@ from flamia_train.logger import LoggerConfig, MetricLogger, validate_logger
 
 __all__ = [
     "LoggerConfig", "MetricLogger", "validate_logger", "peak_flops", "mfu", "Throughput",
-    "peak_memory_bytes", "ProgressBar",
+    "peak_memory_bytes", "reset_peak_memory", "ProgressBar",
 ]
 
 # Dense (no 2:4 sparsity) tensor-core peaks in FLOP/s from the vendors' datasheets, keyed by a
@@ -71,6 +71,13 @@ def peak_memory_bytes(device: torch.device) -> int:
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak (CUDA allocator). The CPU's max RSS cannot be reset: it stays the process peak."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 class Throughput:

@@ -15,16 +15,17 @@ only the step counter to continue on the same curve; ``state_dict`` exists so th
 schedule is checkpointed like every other Stateful and a changed schedule on
 resume is noticed (see ``LRSchedule.load_state_dict``).
 
-The context-length schedule (sequence length, RoPE theta, micro-batch per
-stage) will join ``ScheduleConfig`` as further fields; ``name`` selects the
+The context-length schedule (sequence length, RoPE, micro-batch per stage) is
+``ScheduleConfig.context``, owned by ``flamia_train.context``; ``name`` selects the
 preset YAML in ``configs/schedule/``.
 """
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from flamia_train.context import ContextConfig
 from flamia_train.errors import ConfigError
 
 LR_SCHEDULES = ("cosine", "wsd", "constant")
@@ -33,7 +34,7 @@ DECAY_SHAPES = ("linear", "cosine", "sqrt")
 
 @dataclass
 class ScheduleConfig:
-    """Step schedules of a run; the LR part is below, context stages come later."""
+    """Step schedules of a run: the LR curve below, the context stages in `context`."""
 
     name: str = "fixed"  # preset name (configs/schedule/<name>.yaml); "fixed" = one context length
     lr_schedule: str = "cosine"  # LR curve after warm-up: cosine | wsd | constant
@@ -41,6 +42,7 @@ class ScheduleConfig:
     min_lr_ratio: float = 0.1  # final LR as a fraction of base_lr (cosine and wsd), in [0, 1]
     decay_fraction: float = 0.2  # wsd: fraction of total steps spent in the final decay, in [0, 1]
     decay_shape: str = "linear"  # wsd decay curve: linear | cosine | sqrt
+    context: ContextConfig = field(default_factory=ContextConfig)  # seq_len / RoPE / micro-batch stages
 
 
 def validate_schedule(cfg: ScheduleConfig, total_steps: int) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from flamia_train import parallel
+from flamia_train.context import ContextController
 from flamia_train.guard import FaultPlan, TrainingHalted, Verdict
 from flamia_train.metrics import Throughput, mfu, peak_memory_bytes
 from flamia_train.signals import StopSignals
@@ -34,6 +35,7 @@ class TrainConfig:
     seq_len: int = 256  # tokens per row; a multiple of the attention block
     micro_batch_size: int = 8  # rows per rank per forward/backward
     tokens_per_step: int = 0  # global tokens per optimizer step; 0 = one micro-batch on every rank
+    document_masking: bool = False  # attention stays inside each packed document (bf16 attention only, for now)
     lr: float = 3e-3  # peak learning rate (after warm-up)
     weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only, not norms/embeddings)
     beta1: float = 0.9  # AdamW beta1
@@ -80,8 +82,11 @@ class Trainer:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.cfg = run.cfg.train
-        self.accum = grad_accumulation_steps(self.cfg, run.env.world_size)
-        self.tokens_per_step = self.accum * self.cfg.micro_batch_size * self.cfg.seq_len * run.env.world_size
+        # The context schedule sets seq_len, RoPE, micro-batch and accumulation per step; tokens/step is constant.
+        self.context = ContextController(run.context, run.model, (run.train_loader, run.heldout_loader),
+                                         run.env.device)
+        self.tokens_per_step = run.context.tokens_per_step
+        self.accum = run.context.at(run.state.step).accum
         self.throughput = Throughput()
         self.last_eval: float = math.nan
         self.faults = FaultPlan.parse(self.cfg.inject_fault)
@@ -91,9 +96,16 @@ class Trainer:
 
     # -- one step ----------------------------------------------------------------------------
     def _batch(self, loader):
-        inputs, targets = loader.next_batch()
+        """(inputs, targets) on the device, plus doc_ids with train.document_masking."""
+        batch = loader.next_batch(doc_ids=True) if self.cfg.document_masking else loader.next_batch()
         device = self.run.env.device
-        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        return tuple(t.to(device, non_blocking=True) for t in batch)
+
+    def enter_context(self, step: int) -> None:
+        """The context point of `step` (loader shape, RoPE, accumulation); a new stage restarts tokens/s."""
+        if self.context.enter(step):
+            self.throughput = Throughput()
+        self.accum = self.context.point.accum
 
     def train_step(self, step: int) -> dict:
         run, cfg = self.run, self.cfg
@@ -102,8 +114,8 @@ class Trainer:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=run.env.device)
         for _ in range(self.accum):
-            inputs, targets = self._batch(run.train_loader)
-            loss = cross_entropy(run.model(inputs), targets) / self.accum
+            inputs, targets, *doc_ids = self._batch(run.train_loader)
+            loss = cross_entropy(run.model(inputs, *doc_ids), targets) / self.accum
             if (scale := self.faults.loss_scale(step + 1)) != 1.0:  # testing aid only (train.inject_fault)
                 loss = loss * scale
             loss.backward()
@@ -129,8 +141,8 @@ class Trainer:
         run.model.eval()
         total = torch.zeros((), device=run.env.device)
         for _ in range(self.cfg.eval_batches):
-            inputs, targets = self._batch(run.heldout_loader)
-            total += cross_entropy(run.model(inputs), targets)
+            inputs, targets, *doc_ids = self._batch(run.heldout_loader)
+            total += cross_entropy(run.model(inputs, *doc_ids), targets)
         run.model.train()
         self.last_eval = parallel.all_reduce_mean(total / max(1, self.cfg.eval_batches)).item()
         return self.last_eval
@@ -178,11 +190,13 @@ class Trainer:
 
     def _loop(self) -> dict:
         run, state = self.run, self.run.state
+        self.enter_context(state.step)
         if state.step == 0 and self.cfg.eval_batches > 0:
             self._record({"eval/loss": self.evaluate()}, step=0)
         peak = run.peak_flops
         start_step = state.step
         while state.step < self.cfg.steps:
+            self.enter_context(state.step)
             t0 = time.perf_counter()
             metrics = self.train_step(state.step)
             state.step += 1
@@ -194,6 +208,8 @@ class Trainer:
                 mfu=mfu(run.flops_per_token, tps, peak) if tps else None,
                 peak_memory_gb=peak_memory_bytes(run.env.device) / 2**30,
                 tokens_seen=state.tokens_seen,
+                stage=self.context.point.stage,
+                seq_len=self.context.point.seq_len,
             )
             if self._should_eval(state.step):
                 metrics["eval/loss"] = self.evaluate()
