@@ -189,6 +189,20 @@ def _torch_load(file: Path) -> dict:
             from None
 
 
+def _write_pt(obj: Any, file: Path) -> None:
+    """torch.save through a Python file, flushed to disk.
+
+    Given a path, torch.save reports a full disk as an opaque RuntimeError ("unexpected pos");
+    through a file object the OS error itself (ENOSPC, EDQUOT, EROFS) surfaces. fsync: the
+    directory is renamed to its final name next, and a crash of the machine must not leave a
+    final-named checkpoint whose files were never written back.
+    """
+    with open(file, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def _jsonable(value: Any) -> Any:
     # What json.dump writes and json.load reads back; comparing through it ignores tuple/list etc.
     return json.loads(json.dumps(value, default=str))
@@ -262,10 +276,10 @@ class CheckpointManager:
         error = None
         try:
             dcp.save(self._dcp_state(model, optimizer), checkpoint_id=str(tmp))
-            torch.save({k: v.state_dict() for k, v in (per_rank or {}).items()}, tmp / f"rank_{self.rank}.pt")
+            _write_pt({k: v.state_dict() for k, v in (per_rank or {}).items()}, tmp / f"rank_{self.rank}.pt")
             if self.rank == 0:
-                torch.save({k: v.state_dict() for k, v in app_state.items()}, tmp / "app_state.pt")
-        except (OSError, CheckpointException) as err:
+                _write_pt({k: v.state_dict() for k, v in app_state.items()}, tmp / "app_state.pt")
+        except (OSError, RuntimeError, CheckpointException) as err:  # RuntimeError: torch's writer, any cause
             error = _why(err) if isinstance(err, CheckpointException) else f"rank {self.rank}: {_why(err)}"
         error = self._agree(error)
         if error is None and self.rank == 0:
@@ -313,9 +327,15 @@ class CheckpointManager:
         if self.cfg.keep <= 0:
             return
         ours = self._ours()
+        for leftover in self.dir.glob("step_*.pruned-*"):  # our own half-deleted dirs from a crash
+            shutil.rmtree(leftover, ignore_errors=True)
         for step, path in ours[: max(len(ours) - self.cfg.keep, 0)]:
             if step != keep_step:
-                shutil.rmtree(path)
+                # Rename first: a crash during rmtree leaves a .pruned- dir, never a half checkpoint
+                # under a final name that resume=auto would try (and warn about) forever.
+                doomed = path.with_name(f"{path.name}.pruned-{uuid.uuid4().hex[:8]}")
+                os.rename(path, doomed)
+                shutil.rmtree(doomed)
 
     # -- find
 

@@ -105,10 +105,22 @@ def run_cli(run_dir: Path, corpus: Path, *extra: str, nproc: int = 1, check: boo
 # ---------------------------------------------------------------- what a run leaves
 
 
+def metric_rows(run_dir: Path) -> list[dict]:
+    """Training rows of run_dir/metrics.jsonl in order; lines a kill cut short are left out."""
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "loss" in row:
+            rows.append(row)
+    return rows
+
+
 def metrics(run_dir: Path) -> dict[int, dict]:
-    """run_dir/metrics.jsonl by step; a step logged twice (re-run after a resume) keeps its last row."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"]: r for r in rows if "loss" in r}
+    """Training rows by step; a step logged twice (re-run after a resume) keeps its last row."""
+    return {r["step"]: r for r in metric_rows(run_dir)}
 
 
 def step_dirs(run_dir: Path) -> list[Path]:
