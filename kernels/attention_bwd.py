@@ -182,8 +182,9 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
 
     q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); lse2, moff: the forward's row
     statistics (reference.pack_stats); delta fp32 [B, Hq, S]. block: the forward tile (SEQ_BLOCK);
-    the sub-tiles along each product's contraction are DS_TILE (dS's scale group). config:
-    num_warps / num_stages override (benchmark sweeps).
+    the sub-tiles along each product's contraction are DS_TILE (dS's scale group). config
+    (benchmark sweeps): num_warps / num_stages, "sub" (another sub-tile; only where dS's
+    format has no per-group scale, bf16 or mxfp8), "which" ("dkdv" or "dq" alone).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -191,12 +192,17 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
     dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
-    common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
-                  **(config or launch_config(d)))
+    config = dict(config or launch_config(d))
+    sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
+    if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
+        raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
+    common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET, **config)
     args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv)
-    _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, BN=block, BM=DS_TILE,
-                                          PV_FMT=fmt_code(spec.pv), SAFE=safeguards, **common)
-    _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=DS_TILE, **common)
+    if which != "dq":
+        _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, BN=block, BM=sub,
+                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, **common)
+    if which != "dkdv":
+        _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=sub, **common)
     return dq, dk, dv

@@ -33,12 +33,15 @@ if HAS_TRITON:
     @triton.jit
     def _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
                   D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DIAG: tl.constexpr,
-                  SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+                  SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, ABLATE: tl.constexpr):
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
         vs = tl.load(VS + kvs_off + cols)
-        s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
+        if ABLATE & 1:  # profiling only (wrong numbers): no per-key K scale
+            s = mma(q, tl.trans(k), INTERP) * qs[:, None]
+        else:
+            s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
         if DIAG:
             keep = offs_m[:, None] >= cols[None, :]
             s = tl.where(keep, s, float("-inf"))
@@ -48,15 +51,25 @@ if HAS_TRITON:
                 r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
         else:
             r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
-        m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
+        if ABLATE & 4:  # profiling only: no integer snap of the row max
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+        else:
+            m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]  # in [0, 1]
+        if ABLATE & 2:  # profiling only (wrong numbers): V's scale not folded into P
+            x = p
+        else:
+            x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]  # in [0, 1]
         vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])  # (D, BN): Vᵀ, K-major
         if PV_FMT == 1:  # the fast path: P8 = x·256 in E4M3, an FP8 x FP8 product
-            pv = mma(p_fp8(x, INTERP), tl.trans(vt), INTERP)
-            acc = acc * alpha[:, None] + pv * (r * (1.0 / 256.0))[:, None]
+            if ABLATE & 8:  # profiling only: one accumulation chain, no per-tile factor
+                p8 = p_fp8(x, INTERP)
+                acc = tl.dot(p8, tl.trans(vt).to(p8.dtype), acc * alpha[:, None])
+            else:
+                pv = mma(p_fp8(x, INTERP), tl.trans(vt), INTERP)
+                acc = acc * alpha[:, None] + pv * (r * (1.0 / 256.0))[:, None]
         else:  # bf16, or MXFP8 / NVFP4 emulated: exact dequantized values in a bf16 product
             xq, prs = quant_rows(x, P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
             pv = mma(xq.to(tl.bfloat16), tl.trans(vt).to(tl.bfloat16), INTERP)
@@ -66,7 +79,8 @@ if HAS_TRITON:
     @triton.jit
     def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, LSE2, MOFF, qk_scale, P_GLOB, S, G,
                     D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
-                    SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+                    SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                    ABLATE: tl.constexpr = 0):
         pid_m = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
@@ -86,10 +100,12 @@ if HAS_TRITON:
             hi = S
         for start in range(0, hi, BLOCK):
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, start, offs_m,
-                                      offs_d, S, P_GLOB, D, BLOCK, PV_FMT, False, SAFE, TINY, INTERP)
+                                      offs_d, S, P_GLOB, D, BLOCK, PV_FMT, False, SAFE, TINY, INTERP,
+                                      ABLATE)
         if CAUSAL:
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, pid_m * BLOCK,
-                                      offs_m, offs_d, S, P_GLOB, D, BLOCK, PV_FMT, True, SAFE, TINY, INTERP)
+                                      offs_m, offs_d, S, P_GLOB, D, BLOCK, PV_FMT, True, SAFE, TINY, INTERP,
+                                      ABLATE)
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
         lse2 = m_i + tl.log2(l_i)  # saved as lse2 and int8 floor(lse2) - M (reference.pack_stats)
@@ -114,7 +130,8 @@ def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, blo
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
-    config: num_warps / num_stages override (benchmark sweeps).
+    config: num_warps / num_stages override, and ABLATE (bits 1: no K scale, 2: no V fold, 4: no
+    integer max, 8: chained P·V accumulation; wrong numbers, for the benchmark's time profile only).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """

@@ -96,11 +96,14 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
             print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s", flush=True)
 
 
-def run_speed(args, rows: list) -> None:
+def run_speed(args, rows: list, save) -> None:
+    emulated = [p for p in args.presets if AttentionSpec.parse(p).emulated]
     for dim in args.dims:
         for seq in args.seqs:
-            speed_one(args, rows, seq, dim)
+            presets = [p for p in args.presets if p not in emulated or seq in args.emulated_seqs]
+            speed_one(argparse.Namespace(**{**vars(args), "presets": presets}), rows, seq, dim)
             torch.cuda.empty_cache()
+            save()
 
 
 def run_saved_bytes(args, rows: list) -> None:
@@ -232,11 +235,20 @@ def markdown(rows: list, meta: dict) -> str:
 
 
 def _configs(text: str) -> list[dict]:
-    """"8x3,4x4" -> [{"num_warps": 8, "num_stages": 3}, ...]."""
+    """"8x3,4x4x32,8x3:a1,8x2:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x stages
+    [x backward sub-tile] [:a<ABLATE bits> (forward) or :dkdv / :dq (one backward kernel)]."""
     out = []
     for part in filter(None, text.split(",")):
-        w, st = part.split("x")
-        out.append({"num_warps": int(w), "num_stages": int(st)})
+        spec, _, extra = part.partition(":")
+        w, st, *sub = spec.split("x")
+        cfg = {"num_warps": int(w), "num_stages": int(st)}
+        if sub:
+            cfg["sub"] = int(sub[0])
+        if extra.startswith("a"):
+            cfg["ABLATE"] = int(extra[1:])
+        elif extra:
+            cfg["which"] = extra
+        out.append(cfg)
     return out
 
 
@@ -250,6 +262,8 @@ def main() -> None:
                     help="comma-separated presets, or ';'-separated specs such as 'qk=fp8,pv=fp8;fp8'")
     ap.add_argument("--peers", type=words, default=["cudnn", "flash", "flex"])
     ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
+    ap.add_argument("--emulated-seqs", type=ints, default=[8192],
+                    help="sequence lengths at which the emulated presets are timed (they are slow)")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
     ap.add_argument("--accuracy-only", action="store_true", help="only the accuracy table (CPU: reference)")
     ap.add_argument("--profile", action="store_true", help="also the fp8 time profile (D=128)")
@@ -266,19 +280,26 @@ def main() -> None:
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, triton=triton.__version__)
     print(json.dumps(meta), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> str:
+        """Write what is measured so far (a run cut short still leaves its rows)."""
+        (out / "bench_attention.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+        table = markdown(rows, meta)
+        (out / "bench_attention.md").write_text(table)
+        return table
+
     if args.accuracy or args.accuracy_only:
         run_accuracy(args, rows, device)
+        save()
     if not args.accuracy_only:
         run_saved_bytes(args, rows)
         if args.profile:
             run_profile(args, rows)
-        run_speed(args, rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_attention.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-    table = markdown(rows, meta)
-    (out / "bench_attention.md").write_text(table)
-    print(table)
+            save()
+        run_speed(args, rows, save)
+    print(save())
 
 
 if __name__ == "__main__":
