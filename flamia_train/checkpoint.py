@@ -18,6 +18,7 @@ module wrote. See docs/checkpoints.md for the user-facing story.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -190,15 +191,18 @@ def _torch_load(file: Path) -> dict:
 
 
 def _write_pt(obj: Any, file: Path) -> None:
-    """torch.save through a Python file, flushed to disk.
+    """torch.save into memory, then one plain write, flushed to disk.
 
-    Given a path, torch.save reports a full disk as an opaque RuntimeError ("unexpected pos");
-    through a file object the OS error itself (ENOSPC, EDQUOT, EROFS) surfaces. fsync: the
-    directory is renamed to its final name next, and a crash of the machine must not leave a
-    final-named checkpoint whose files were never written back.
+    torch.save's own writer turns a failed write (a full disk) into an opaque RuntimeError
+    ("unexpected pos"); a plain write raises the OS error itself (ENOSPC, EDQUOT, EROFS). These
+    files are small (RNG and loader states). fsync: the directory is renamed to its final name
+    next, and a machine crash must not leave a final-named checkpoint whose files were never
+    written back.
     """
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     with open(file, "wb") as fh:
-        torch.save(obj, fh)
+        fh.write(buffer.getbuffer())
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -286,10 +290,13 @@ class CheckpointManager:
             error = self._finalize(tmp, final, step, meta)
         error = self._agree(error)
         if error is not None:
+            # Free space is measured before our .tmp dir is removed: it tells a full disk from other
+            # causes even when the writer's own message is opaque (torch.save's "unexpected pos").
+            free = shutil.disk_usage(self.dir).free / 2**20
             if self.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)  # ours alone; the previous checkpoint stays
-            raise CheckpointError(f"could not write checkpoint {final}: {error}; "
-                                  "earlier checkpoints are intact")
+            raise CheckpointError(f"could not write checkpoint {final}: {error}; {free:.1f} MiB free under "
+                                  f"{self.dir}; earlier checkpoints are intact")
         if self.rank == 0:
             self._prune(keep_step=step)
         self._barrier()
@@ -469,13 +476,14 @@ class CheckpointManager:
         error = None
         if self.rank == 0:
             tensors, tied = _dedupe(full)
+            tmp = path.with_name(path.name + ".tmp")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + ".tmp")
                 save_file(tensors, str(tmp), metadata={_TIED_KEY: json.dumps(tied), "writer": WRITER})
                 os.rename(tmp, path)
-            except OSError as err:
-                error = f"could not write {path}: {err}"
+            except Exception as err:  # safetensors reports I/O errors (a full disk) as its own SafetensorError
+                tmp.unlink(missing_ok=True)
+                error = f"could not write {path}: {type(err).__name__}: {err}"
         error = self._agree(error)
         if error:
             raise CheckpointError(error)
