@@ -24,8 +24,9 @@ from flamia_train.context import ContextSchedule, build_context_schedule
 from flamia_train.guard import StepGuard
 from flamia_train.metrics import MetricLogger, ProgressBar, peak_flops
 from flamia_train.model import GPT
-from flamia_train.precision import format_table
+from flamia_train.precision_schedule import PrecisionController, PrecisionPlan
 from flamia_train.schedules import LRSchedule
+from flamia_train.telemetry import PrecisionTelemetry
 from flamia_train.trainer import TrainState
 
 
@@ -100,11 +101,12 @@ class Run:
     checkpoints: CheckpointManager
     flops_per_token: int
     peak_flops: float | None
-    attention_specs: list
+    precision_plan: PrecisionPlan  # the recipe's phases (precision_schedule)
     rng: RNGState
     state: TrainState = field(default_factory=TrainState)
     guard: StepGuard = field(default_factory=StepGuard)
     resumed_from: Path | None = None
+    precision: PrecisionController | None = None  # applies the plan's phase each step; FLOP split, telemetry
     context: ContextSchedule | None = None  # step -> seq_len / RoPE / micro-batch (flamia_train.context)
 
     @property
@@ -169,8 +171,9 @@ def _say(env: parallel.DistEnv, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
-def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
+def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, plan: PrecisionPlan) -> Run:
     """Build every component; resume from `cfg.resume` if it names a checkpoint."""
+    specs = plan.policy_at(0).attention  # built in phase 0; the controller moves it to the step's phase
     run_dir = Path(cfg.run_dir)
     checkpoints = CheckpointManager(cfg.checkpoint, run_dir, env.rank, env.world_size, parallel.barrier,
                                     model_config=model_config_dict(cfg))
@@ -204,18 +207,22 @@ def build_run(cfg: FlamiaConfig, env: parallel.DistEnv, specs: list) -> Run:
         train_loader=train_loader, heldout_loader=heldout_loader, heldout_start=heldout_loader.state_dict(),
         logger=None, progress=ProgressBar(t.steps, env.is_main), checkpoints=checkpoints,
         flops_per_token=model.flops_per_token(t.seq_len),
-        peak_flops=_cluster_peak(env), attention_specs=specs, rng=RNGState(t.seed, env.rank),
+        peak_flops=_cluster_peak(env), precision_plan=plan, rng=RNGState(t.seed, env.rank),
         guard=StepGuard(t.spike_sigma, t.spike_window, t.max_bad_steps),
     )
     meta = run.resume(cfg.resume)
     run.logger = MetricLogger(cfg.logger, run_dir, config_dict, meta.get("wandb_run_id"), env.is_main)
-    table = format_table(specs)
-    run.logger.log_table("precision", ["layer", "attention", "linear"],
-                         [line.split() for line in table.splitlines()[1:]])
+    telemetry = PrecisionTelemetry(model, cfg.model, t.seq_len, run.flops_per_token, env.device,
+                                   cfg.precision.telemetry_interval, world_size=env.world_size)
+    run.precision = PrecisionController(model, plan, telemetry, run.logger, verbose=env.is_main)
+    policy = plan.policy_at(0)
+    run.logger.log_table("precision", policy.columns(), policy.rows())
     n_params = sum(p.numel() for p in model.parameters())
     _say(env, f"flamia-train: model {cfg.model.name} ({n_params / 1e6:.1f}M params), precision {cfg.precision.name}, "
               f"{env.world_size} rank(s) on {env.device.type}, run_dir {run_dir}")
-    _say(env, table)
+    _say(env, policy.format_table())
+    if len(plan.phases) > 1:
+        _say(env, f"precision schedule: {plan.describe()}")
     if context.explicit:
         _say(env, context.describe())
     if run.resumed_from is not None:

@@ -25,7 +25,8 @@ from flamia_train.guard import validate_guard
 from flamia_train.metrics import LoggerConfig
 from flamia_train.model import ModelConfig
 from flamia_train.parallel import ParallelConfig
-from flamia_train.precision import PrecisionConfig, resolve_attention_specs
+from flamia_train.precision import PrecisionConfig
+from flamia_train.precision_schedule import PrecisionPlan, build_plan
 from flamia_train.schedules import ScheduleConfig, validate_schedule
 from flamia_train.trainer import TrainConfig
 
@@ -168,16 +169,25 @@ def _check_writable_dir(key: str, path: Path) -> None:
         raise ConfigError(key, str(path), f"'{existing}' is not writable")
 
 
-def validate(cfg: FlamiaConfig, world_size: int = 1) -> list:
-    """Check every value and cross-field rule; return the resolved per-layer attention specs.
+def _precision_plan(cfg: FlamiaConfig, world_size: int) -> PrecisionPlan:
+    """Every phase of the recipe resolved to a layer × op table (errors name the precision.* key)."""
+    _positive("model.n_layers", cfg.model.n_layers)
+    _positive("precision.telemetry_interval", cfg.precision.telemetry_interval, allow_zero=True)
+    t = cfg.train
+    tokens_per_step = t.tokens_per_step or max(1, t.micro_batch_size * t.seq_len * world_size)
+    return build_plan(cfg.precision, cfg.model.n_layers, t.steps, tokens_per_step)
+
+
+def validate(cfg: FlamiaConfig, world_size: int = 1) -> PrecisionPlan:
+    """Check every value and cross-field rule; return the resolved precision plan (phases of policies).
 
     Raises ConfigError naming the key, the value and the rule. Runs before any device work.
     """
-    specs = resolve_attention_specs(cfg.precision, cfg.model.n_layers)
-    _validate_model(cfg.model, specs)
+    plan = _precision_plan(cfg, world_size)
+    _validate_model(cfg.model, [s for phase in plan.phases for s in phase.policy.attention])
     _validate_train(cfg, world_size)
     validate_schedule(cfg.schedule, cfg.train.steps)
     _validate_context(cfg, world_size)
     _validate_data(cfg.data)
     _validate_run(cfg, world_size)
-    return specs
+    return plan

@@ -3,7 +3,9 @@
 Each block is RMSNorm → attention (GQA, RoPE, optional per-head QK-norm) →
 residual, RMSNorm → SwiGLU MLP → residual. Every attention layer calls
 `flamia_kernels.flamia_attention` with its own spec, so a precision recipe
-chooses the operand formats layer by layer. The model holds no distributed
+chooses the operand formats layer by layer; every linear (wq, wk, wv, wo, w_gate,
+w_up, w_down and the LM head) is a `flamia_kernels.linear.FlamiaLinear` whose three
+GEMMs run in the formats `set_linear_specs` gives it. The model holds no distributed
 code: sharding, activation checkpointing and compile are applied from the
 outside by `flamia_train.parallel`.
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from flamia_kernels.linear import FlamiaLinear
 
 from flamia_train.document_mask import document_attention, document_causal_mask
 from flamia_train.errors import ConfigError
@@ -125,6 +128,15 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     return out.type_as(x)
 
 
+# Linear ops of a block (precision recipes name these) and the submodules each covers.
+LINEAR_OPS: dict[str, tuple[str, ...]] = {
+    "qkv": ("attention.wq", "attention.wk", "attention.wv"),
+    "out": ("attention.wo",),
+    "mlp_up": ("mlp.w_gate", "mlp.w_up"),
+    "mlp_down": ("mlp.w_down",),
+}
+
+
 class Attention(nn.Module):
     """Causal GQA self-attention through FLAMIA with a per-layer spec."""
 
@@ -132,10 +144,10 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.spec = spec
-        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
-        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.wq = FlamiaLinear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = FlamiaLinear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = FlamiaLinear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = FlamiaLinear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -173,9 +185,9 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.w_gate = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
-        self.w_up = nn.Linear(cfg.d_model, cfg.ffn_dim, bias=False)
-        self.w_down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
+        self.w_gate = FlamiaLinear(cfg.d_model, cfg.ffn_dim, bias=False)
+        self.w_up = FlamiaLinear(cfg.d_model, cfg.ffn_dim, bias=False)
+        self.w_down = FlamiaLinear(cfg.ffn_dim, cfg.d_model, bias=False)
 
     def init_weights(self, std: float, out_std: float) -> None:
         nn.init.normal_(self.w_gate.weight, mean=0.0, std=std)
@@ -222,13 +234,15 @@ class GPT(nn.Module):
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg, spec) for spec in specs)
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.output = FlamiaLinear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         # RoPE tables are computed lazily per (seq_len, device) and never stored in the state
         # dict, so a meta-device model needs nothing re-materialised after to_empty().
         self._rope_cache: dict[tuple[int, torch.device], torch.Tensor] = {}
         self.rope_scaling = RopeScaling()  # context extension: set_rope_scaling
+        for salt, (_, _, linear) in enumerate(self.linear_modules()):
+            linear.seed = salt  # distinct random draws (NVFP4 SR, Hadamard signs) per module
         if not self.tok_embeddings.weight.is_meta:
             self.init_weights()
 
@@ -250,6 +264,20 @@ class GPT(nn.Module):
     @property
     def attention_specs(self) -> list:
         return [block.attention.spec for block in self.layers]
+
+    def linear_modules(self) -> list[tuple[str, str, nn.Module]]:
+        """Every FlamiaLinear as (layer label "L<i>" or "lm_head", op, module), ops as in LINEAR_OPS."""
+        out = [(f"L{i}", op, block.get_submodule(path))
+               for i, block in enumerate(self.layers) for op, paths in LINEAR_OPS.items() for path in paths]
+        return out + [("lm_head", "lm_head", self.output)]
+
+    def set_linear_specs(self, per_layer: list[dict], lm_head) -> None:
+        """Formats of every linear: per layer {op: LinearSpec} for each op in LINEAR_OPS, and the LM head's."""
+        if len(per_layer) != self.cfg.n_layers:
+            raise ConfigError("precision", f"{len(per_layer)} layers of linear specs",
+                              f"need exactly one per layer (model.n_layers = {self.cfg.n_layers})")
+        for label, op, module in self.linear_modules():
+            module.set_spec(lm_head if op == "lm_head" else per_layer[int(label[1:])][op])
 
     def set_rope_theta(self, theta: float) -> None:
         """Change the RoPE base from the next forward on (context-extension schedules)."""

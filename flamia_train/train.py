@@ -24,9 +24,9 @@ def main(dict_cfg: DictConfig) -> None:
     code = 0
     try:
         cfg = to_dataclass(dict_cfg)
-        specs = validate(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        plan = validate(cfg, int(os.environ.get("WORLD_SIZE", "1")))
         env = parallel.init_distributed(cfg.parallel.device)
-        run = build_run(cfg, env, specs)
+        run = build_run(cfg, env, plan)
         summary = Trainer(run).fit()
         if cfg.checkpoint.export_safetensors:
             run.export()

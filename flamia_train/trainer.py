@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from flamia_train import parallel
 from flamia_train.context import ContextController
 from flamia_train.guard import FaultPlan, TrainingHalted, Verdict
-from flamia_train.metrics import Throughput, mfu, peak_memory_bytes
+from flamia_train.metrics import Throughput, peak_memory_bytes
 from flamia_train.signals import StopSignals
 
 if TYPE_CHECKING:
@@ -193,11 +193,11 @@ class Trainer:
         self.enter_context(state.step)
         if state.step == 0 and self.cfg.eval_batches > 0:
             self._record({"eval/loss": self.evaluate()}, step=0)
-        peak = run.peak_flops
         start_step = state.step
         while state.step < self.cfg.steps:
             self.enter_context(state.step)
             t0 = time.perf_counter()
+            run.precision.begin_step(state.step)  # the recipe's phase for this step (precision_schedule)
             metrics = self.train_step(state.step)
             state.step += 1
             state.tokens_seen += self.tokens_per_step
@@ -205,7 +205,7 @@ class Trainer:
             tps = self.throughput.tokens_per_s()
             metrics.update(
                 tokens_per_s=tps,
-                mfu=mfu(run.flops_per_token, tps, peak) if tps else None,
+                **run.precision.end_step(state.step, tps),  # mfu, mfu_weighted, FLOP split, quant stats
                 peak_memory_gb=peak_memory_bytes(run.env.device) / 2**30,
                 tokens_seen=state.tokens_seen,
                 stage=self.context.point.stage,
@@ -213,7 +213,8 @@ class Trainer:
             )
             if self._should_eval(state.step):
                 metrics["eval/loss"] = self.evaluate()
-            if state.step % run.cfg.logger.log_interval == 0 or "eval/loss" in metrics:
+            quant = any(k.startswith("quant/") for k in metrics)  # telemetry steps are always recorded
+            if state.step % run.cfg.logger.log_interval == 0 or "eval/loss" in metrics or quant:
                 self._record(metrics, state.step)
             run.progress.update(state.step, metrics)
             if not self.verdict.ok:

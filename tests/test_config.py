@@ -30,8 +30,8 @@ def test_every_shipped_option_composes_and_validates(group, tmp_path):
     for option in options(group):
         extra = ["data.hub_name=some/dataset"] if (group, option) == ("data", "hub") else []
         cfg = load(f"{group}={option}", f"run_dir={tmp_path}/run", *extra)
-        specs = validate(cfg)
-        assert len(specs) == cfg.model.n_layers
+        plan = validate(cfg)
+        assert len(plan.policy_at(0).attention) == cfg.model.n_layers
 
 
 def test_defaults_are_the_cpu_sized_run():
@@ -77,7 +77,7 @@ BAD_VALUES = [
     (["model.rope_theta=0"], "model.rope_theta"),
     (["train.tokens_per_step=1000"], "train.tokens_per_step"),
     (["precision.default.attention=fp7"], "precision.default.attention"),
-    (["precision.default.linear=fp8"], "precision.default.linear"),
+    (["precision.default.linear=fp7"], "precision.default.linear"),
     (["+precision.layers.L9=fp8"], "precision.layers.L9"),
     (["+precision.layers.banana=fp8"], "precision.layers.banana"),
     (["logger.backend=tensorboard"], "logger.backend"),
