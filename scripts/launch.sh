@@ -24,4 +24,6 @@ if [ "$NNODES" -gt 1 ]; then
 else
   rdzv=(--standalone --nnodes=1)
 fi
-exec torchrun "${rdzv[@]}" --nproc_per_node="$NPROC_PER_NODE" -m flamia_train.train "$@"
+# TORCHRUN_EXTRA: more torchrun options, e.g. the signal forwarding of scripts/slurm/requeue.sbatch.
+# shellcheck disable=SC2086
+exec torchrun "${rdzv[@]}" ${TORCHRUN_EXTRA:-} --nproc_per_node="$NPROC_PER_NODE" -m flamia_train.train "$@"
