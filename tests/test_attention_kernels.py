@@ -77,6 +77,29 @@ def test_fp8_saved_activations_at_most_055_of_bf16(d, hq, hkv):
     assert fp8 <= 0.55 * bf16, f"{fp8} bytes = {fp8 / bf16:.3f} x bf16"
 
 
+def test_backward_sub_tile_32_matches_reference():
+    """The GPU's default backward sub-tile for dS in bf16 (32; the interpreter uses DS_TILE)."""
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=8)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
+    vt = (ops.v.vals_t, ops.v.scale)
+    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, 0.125, 128, True)
+    dq_op = quantize_operand(do, "fp8", QZ)
+    delta = backward_delta(dq_op, Operand(o8, o_scale))
+    args = (ops.q, ops.k, vt, dq_op, lse2, moff, delta, spec, True, True, 0.125, 128)
+    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
+    want = attention_bwd.backward(*args)
+    for a, b in zip(got, want, strict=True):
+        assert _rel(a, b) <= TOL
+    with pytest.raises(ValueError, match="DS_TILE"):
+        attention_bwd.backward(*args[:7], AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), *args[8:],
+                               config={"sub": 32})
+
+
 def test_cpu_without_interpreter_runs_the_reference(monkeypatch):
     """Dispatch: where Triton cannot run, a quantized spec runs reference.attention."""
     q, k, v, do = _inputs(1, 2, 1, 128, 64, seed=9)
