@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,7 @@ class Run:
             self.resumed_from = Path(self.cfg.run_dir) / "checkpoints" / f"step_{int(meta['step']):08d}"
             if resume not in ("auto", "never"):
                 self.resumed_from = Path(resume)
+            _note_recipe_change(meta, self.cfg.precision.name, self.resumed_from)
         return meta
 
     def export(self) -> Path:
@@ -164,6 +166,21 @@ def _cluster_peak(env: parallel.DistEnv) -> float | None:
     """bf16 peak FLOP/s of all ranks together: MFU divides global tokens/s by it."""
     peak = peak_flops(env.device, "bf16")
     return peak * env.world_size if peak is not None else None
+
+
+def _note_recipe_change(meta: dict, current: str, path: Path) -> None:
+    """Warn (not refuse) when a checkpoint was trained under another precision recipe.
+
+    Weights and optimizer state are stored in full precision whatever the recipe (a recipe
+    only changes how matmuls and attention compute), so switching recipes on resume is a
+    legitimate move (bf16 warm-up then FP8, or back to bf16 after a divergence); but it should
+    never happen silently.
+    """
+    saved = meta.get("precision")
+    if saved is not None and saved != current:
+        warnings.warn(f"checkpoint {path} was trained with precision recipe '{saved}', this run uses "
+                      f"'{current}': weights and optimizer state load unchanged, the new recipe applies from "
+                      "the next step", stacklevel=3)
 
 
 def _say(env: parallel.DistEnv, text: str) -> None:

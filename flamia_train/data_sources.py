@@ -91,6 +91,18 @@ def resolve_files(path: str) -> tuple[str, list[str]]:
     return builders.pop(), [str(f) for f in files]
 
 
+def _root_cause(exc: BaseException) -> str:
+    """'Type: message' of each exception under the outermost one (or of it, alone).
+
+    datasets wraps a JSON syntax error in a DatasetGenerationError ("An error occurred while
+    generating the dataset") that names no cause; the chain below it says which row is bad.
+    """
+    chain = [exc]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 5:
+        chain.append(nxt)
+    return "; ".join(f"{type(e).__name__}: {e}" for e in (chain[1:] or chain))
+
+
 def check_readable(builder: str, files: list[str]) -> None:
     """DataError for a binary or non-UTF-8 text file, or a parquet file pyarrow cannot read."""
     for name in files:
@@ -153,7 +165,7 @@ def open_local(cfg: DataConfig) -> dict:
     except DataError:
         raise
     except Exception as exc:  # datasets wraps parse errors in several exception types
-        raise DataError(f"could not load data.path '{cfg.path}' ({type(exc).__name__}: {exc})") from None
+        raise DataError(f"could not load data.path '{cfg.path}' ({_root_cause(exc)})") from None
     return dict(ds) if isinstance(ds, datasets.DatasetDict) else {cfg.split: ds}
 
 
