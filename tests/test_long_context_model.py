@@ -163,3 +163,23 @@ def test_loader_doc_ids_follow_document_boundaries_across_a_repack():
         assert ids.shape == inputs.shape == (micro_batch, seq_len) and (ids[:, 0] == 0).all()
         # a new document starts exactly at the token after an EOS
         assert torch.equal(ids[:, 1:] - ids[:, :-1], (inputs[:, :-1] == EOS).long())
+
+
+@pytest.mark.gpu
+def test_parallel_vs_autoregressive_gap_with_the_triton_kernels_on_gpu(monkeypatch):
+    """FLAMIA.md test 7 on CUDA: the fp8 Triton path agrees token by token; safeguards off does not."""
+    import functools
+
+    import flamia_kernels
+
+    from flamia_train.context_eval import parallel_vs_autoregressive
+
+    torch.manual_seed(3)  # init_std 0.1: peaky attention, so a leak moves the loss (1.05 nats on the CPU reference)
+    model = GPT(dataclasses.replace(SMALL, d_model=256, init_std=0.1)).cuda().eval()
+    model.set_attention_specs(["fp8"] * SMALL.n_layers)
+    row = torch.randint(3, SMALL.vocab_size, (257,), device="cuda")
+    safe = parallel_vs_autoregressive(model, row, flamia_kernels.SEQ_BLOCK)["max_token_gap"]
+    monkeypatch.setattr(flamia_kernels, "flamia_attention",
+                        functools.partial(flamia_kernels.flamia_attention, safeguards=False))
+    leaky = parallel_vs_autoregressive(model, row, flamia_kernels.SEQ_BLOCK)["max_token_gap"]
+    assert safe <= 1e-3 and leaky > 10 * max(safe, 1e-3), (safe, leaky)
