@@ -110,41 +110,40 @@ def _same(a: dict, b: dict) -> bool:
 
 def test_injected_nan_and_spike_are_skipped_and_counted(tmp_path, corpus, capsys):
     run = tmp_path / "run"
-    code = runs.run_inprocess(run, corpus, "train.steps=7", "checkpoint.interval=1", "checkpoint.keep=10",
-                              "train.spike_window=4", "train.max_bad_steps=3", "train.inject_fault=nan@3+spike@6",
+    code = runs.run_inprocess(run, corpus, "train.steps=6", "checkpoint.interval=1", "checkpoint.keep=10",
+                              "train.spike_window=4", "train.max_bad_steps=3", "train.inject_fault=nan@2+spike@5",
                               "checkpoint.export_safetensors=false")
     err = capsys.readouterr().err
     assert code == 0, err
     record("injected faults", "nan loss", 1)
     record("injected faults", "loss spike", 1)
-    assert "guard: step 3 skipped (loss is nan)" in err and "guard: step 6 skipped (loss spike" in err
+    assert "guard: step 2 skipped (loss is nan)" in err and "guard: step 5 skipped (loss spike" in err
     rows = runs.metrics(run)
-    assert [rows[s]["guard/skipped_steps"] for s in range(1, 8)] == [0, 0, 1, 1, 1, 2, 2]
+    assert [rows[s]["guard/skipped_steps"] for s in range(1, 7)] == [0, 1, 1, 1, 2, 2]
     dirs = {int(p.name[5:]): p for p in runs.step_dirs(run)}
-    w = {s: _weights(dirs[s], tmp_path / f"w{s}.pt") for s in (2, 3, 4, 5, 6)}
-    assert _same(w[2], w[3]) and _same(w[5], w[6])  # skipped: weights and AdamW moments unchanged
-    assert not _same(w[3], w[4])  # a good step after a skipped one does update
-    assert runs.app_state(dirs[7])["guard"]["skipped"] == 2
+    w = {s: _weights(dirs[s], tmp_path / f"w{s}.pt") for s in (1, 2, 3, 4, 5)}
+    assert _same(w[1], w[2]) and _same(w[4], w[5])  # skipped: weights and AdamW moments unchanged
+    assert not _same(w[2], w[3])  # a good step after a skipped one does update
+    assert runs.app_state(dirs[6])["guard"]["skipped"] == 2
 
 
 def test_consecutive_bad_steps_halt_with_a_checkpoint_then_resume(tmp_path, corpus, capsys):
     run = tmp_path / "run"
-    common = ["train.steps=8", "checkpoint.interval=2", "checkpoint.keep=10", "train.max_bad_steps=3",
+    common = ["train.steps=6", "checkpoint.interval=2", "checkpoint.keep=10", "train.max_bad_steps=3",
               "checkpoint.export_safetensors=false"]
-    code = runs.run_inprocess(run, corpus, *common, "train.inject_fault=inf@4-6")
+    code = runs.run_inprocess(run, corpus, *common, "train.inject_fault=inf@3-5")
     err = capsys.readouterr().err
     record("injected faults", "inf loss", 3)
     assert code == 3, err
-    assert "stopped at step 6 after 3 consecutive bad steps (train.max_bad_steps)" in err
-    assert "loss is inf" in err and "step_00000006" in err
-    w = {s: _weights(run / "checkpoints" / f"step_{s:08d}", tmp_path / f"w{s}.pt") for s in (2, 4, 6)}
-    assert _same(w[4], w[6])  # steps 4-6 were skipped: the halt checkpoint holds step 3's update, the last good
-    assert not _same(w[2], w[4])
-    step3 = runs.metrics(run)[3]
-    assert math.isfinite(step3["loss"]) and step3["guard/skipped_steps"] == 0
-    assert runs.app_state(run / "checkpoints" / "step_00000006")["guard"]["streak"] == 0
+    assert "stopped at step 5 after 3 consecutive bad steps (train.max_bad_steps)" in err
+    assert "loss is inf" in err and "step_00000005" in err
+    w = {s: _weights(run / "checkpoints" / f"step_{s:08d}", tmp_path / f"w{s}.pt") for s in (2, 4, 5)}
+    assert _same(w[2], w[4]) and _same(w[2], w[5])  # steps 3-5 skipped: the halt checkpoint holds step 2's
+    step2 = runs.metrics(run)[2]
+    assert math.isfinite(step2["loss"]) and step2["guard/skipped_steps"] == 0
+    assert runs.app_state(run / "checkpoints" / "step_00000005")["guard"]["streak"] == 0
     code = runs.run_inprocess(run, corpus, *common)
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "resumed from" in err and "step_00000006" in err
-    assert runs.metrics(run)[8]["guard/skipped_steps"] == 3
+    assert "resumed from" in err and "step_00000005" in err
+    assert runs.metrics(run)[6]["guard/skipped_steps"] == 3
