@@ -60,3 +60,37 @@ def test_gpu_accuracy_vs_exact(spec):
     print(f"\n{spec} S=4096 D=128 cosine vs fp32 {cos} vs bf16 SDPA {cos_bf16} rel-L2 vs fp32 {rel}")
     hi, lo = BARS[spec]
     assert cos["O"] >= hi and cos["dV"] >= hi and cos["dQ"] >= lo and cos["dK"] >= lo, cos
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp8", "nvfp4"])
+def test_gpu_prepass_matches_formats(fmt):
+    """The Triton pre-pass (`quantize`) gives the operands `formats` gives, on the GPU too.
+    Isolates the pre-pass when the kernel-vs-reference test above disagrees."""
+    from flamia_kernels import formats
+    from flamia_kernels import quantize as qz
+    from flamia_kernels.attention_operands import quantize_operand
+
+    x, *_ = _inputs(2, 8, 8, 1024, 128, seed=5)
+    a, b = quantize_operand(x, fmt, qz, transposed=True), quantize_operand(x, fmt, formats)
+    assert torch.equal(a.scale, b.scale)
+    assert torch.equal(a.vals.float(), b.vals.float())
+    assert torch.equal(a.vals_t.float(), b.vals.transpose(-1, -2).float())
+
+
+@pytest.mark.parametrize("spec", ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8"])
+def test_gpu_forward_kernel_on_shared_operands(spec):
+    """The forward kernel against reference.forward_math on the very same quantized operands
+    (from `formats`): isolates the kernel from the pre-pass."""
+    import math
+
+    from flamia_kernels import AttentionSpec, attention_fwd, formats
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, _ = _inputs(2, 8, 2, 1024, 128, seed=6)
+    ops = prepare_forward(q, k, v, spec, True, formats, 128, v_transposed=True)
+    sm = 1.0 / math.sqrt(128)
+    o, *_ = attention_fwd.forward(ops.q, ops.k, (ops.v.vals_t, ops.v.scale), spec, True, True, sm, 128, False)
+    ref = reference.forward_math(ops, spec, True, True, sm)[0].to(torch.bfloat16)
+    print(f"\n{spec.name} forward on shared operands: rel-L2 {_rel(o, ref):.2e}")
+    assert _rel(o, ref) <= 5e-3
