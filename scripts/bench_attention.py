@@ -255,7 +255,7 @@ def _configs(text: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
-    words = lambda s: [x for x in s.split(";" if ";" in s else ",") if x]  # noqa: E731
+    words = lambda s: [x for x in s.split(";" if ";" in s else ",") if x and x != "none"]  # noqa: E731
     ap.add_argument("--seqs", type=ints, default=[2048, 8192, 16384, 32768])
     ap.add_argument("--dims", type=ints, default=[64, 128])
     ap.add_argument("--presets", type=words, default=["fp8", "nvfp4-fp8", "mxfp8", "nvfp4"],
