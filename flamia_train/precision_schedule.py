@@ -176,7 +176,10 @@ class PrecisionController:
             self.logger.log_table(f"precision/phase{self.phase}", phase.policy.columns(), phase.policy.rows())
 
     def begin_step(self, step: int) -> None:
+        from flamia_kernels.linear import set_quant_step
+
         self.apply(step)
+        set_quant_step(self.model, step)  # random draws (NVFP4 SR, Hadamard) keyed to the step: resumes replay them
         self.telemetry.begin_step(step)
 
     def end_step(self, step: int, tokens_per_s: float | None) -> dict:
