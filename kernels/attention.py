@@ -11,6 +11,9 @@ Dispatch, by spec and device (docs/kernels.md):
   (decided when the kernel modules are imported: set it before importing flamia_kernels),
   else `reference.attention`, the same math in PyTorch.
 
+``doc_ids`` [B, S] (document masking, `document`): every path takes it; the bf16 spec runs
+SDPA with a dense boolean mask, the kernels and the reference AND "same document" into the mask.
+
 ``safeguards=False`` is LEAKY on purpose: Q and K/V get token-block scales and the
 diagonal tile's V-scale max spans future keys. It exists only so that the causal-safety
 tests can show they catch a leak; never train with it.
@@ -25,6 +28,7 @@ from . import quantize as QZ
 from . import reference
 from ._triton_env import can_run_triton
 from .attention_operands import Operand, backward_delta, prepare_forward, quantize_operand, quantize_output
+from .document import check_doc_ids, doc_tables
 from .spec import SEQ_BLOCK, SUPPORTED_HEAD_DIMS, AttentionSpec
 
 _SDPA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -75,18 +79,19 @@ def _transposed(op: Operand) -> tuple[torch.Tensor, torch.Tensor]:
 
 class _FlamiaAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool):
+    def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool, doc_ids):
         from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True)
         vt = _transposed(ops.v)
         save_o8 = spec.do != "bf16"
+        doc = None if doc_ids is None else doc_tables(doc_ids)
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards,
-                                                           sm_scale, SEQ_BLOCK, save_o8)
+                                                           sm_scale, SEQ_BLOCK, save_o8, doc=doc)
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, vt[0], vt[1],
-                              o_saved.vals, o_saved.scale, lse2, moff)
+                              o_saved.vals, o_saved.scale, *(doc or (None,) * 3), lse2, moff)
         ctx.cfg = (spec, causal, safeguards, sm_scale)
         return o
 
@@ -94,27 +99,29 @@ class _FlamiaAttention(torch.autograd.Function):
     def backward(ctx, grad_o):
         from . import attention_bwd
 
-        qv, qs, kv, ks, vtv, vs, ov, os_, lse2, moff = ctx.saved_tensors
+        qv, qs, kv, ks, vtv, vs, ov, os_, *doc, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
         do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
         delta = backward_delta(do, Operand(ov, os_))
         dq, dk, dv = attention_bwd.backward(Operand(qv, qs), Operand(kv, ks), (vtv, vs), do, lse2, moff,
-                                            delta, spec, causal, safeguards, sm_scale, SEQ_BLOCK)
-        return dq, dk, dv, None, None, None
+                                            delta, spec, causal, safeguards, sm_scale, SEQ_BLOCK,
+                                            doc=None if doc[0] is None else tuple(doc))
+        return dq, dk, dv, None, None, None, None
 
 
-def saved_bytes(q, k, v, spec="fp8", causal: bool = True) -> int:
+def saved_bytes(q, k, v, spec="fp8", causal: bool = True, doc_ids=None) -> int:
     """Bytes the quantized forward saves for the backward (0 for the bf16 spec: SDPA's own)."""
     spec = AttentionSpec.parse(spec)
     if spec.is_bf16:
         return 0
     with torch.enable_grad():
         q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-        o = flamia_attention(q, k, v, spec, causal)
-    return sum(t.numel() * t.element_size() for t in o.grad_fn.saved_tensors)
+        o = flamia_attention(q, k, v, spec, causal, doc_ids=doc_ids)
+    return sum(t.numel() * t.element_size() for t in o.grad_fn.saved_tensors if t is not None)
 
 
-def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool = True) -> torch.Tensor:
+def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool = True,
+                     doc_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Causal FLAMIA attention.
 
     q [B, Hq, S, D], k, v [B, Hkv, S, D] with Hkv dividing Hq (GQA), same device.
@@ -122,26 +129,34 @@ def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool
     the bf16 spec (SDPA) takes bf16/fp16/fp32 of any shape SDPA takes. Returns O
     [B, Hq, S, D] in q's dtype, differentiable in q, k, v. `spec`: an AttentionSpec, a
     preset (bf16, fp8, mxfp8, nvfp4, nvfp4-fp8) or "qk=fp8,pv=fp8,do=fp8,ds=bf16".
+    doc_ids: None, or int32/int64 [B, S] non-decreasing along each row (the document of each
+    token of a packed row): query i then sees key j only if doc_ids[b, j] == doc_ids[b, i] (and
+    j <= i when causal). Checking that the ids never decrease reads one bool back (a host sync).
     safeguards=False is deliberately leaky (module docstring).
     """
     spec = AttentionSpec.parse(spec)
     check_inputs(q, k, v, spec)
+    if doc_ids is not None:
+        check_doc_ids(doc_ids, q)
     if spec.is_bf16:
-        return reference._sdpa(q, k, v, causal)
+        return reference._sdpa(q, k, v, causal, doc_ids)
     if not can_run_triton(q):
-        return reference.attention(q, k, v, spec, causal, safeguards)
+        return reference.attention(q, k, v, spec, causal, safeguards, doc_ids)
     q, k, v = (t.contiguous() for t in (q, k, v))
-    return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards)
+    return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards, doc_ids)
 
 
-def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True, doc_ids=None):
     """(O bf16, LSE fp32 [B, Hq, S]) of the Triton forward, for the causal-safety tests."""
     from . import attention_fwd
 
     spec = AttentionSpec.parse(spec)
     check_inputs(q, k, v, spec)
+    if doc_ids is not None:
+        check_doc_ids(doc_ids, q)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
                           v_transposed=True)
     o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
-                                          1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False)
+                                          1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False,
+                                          doc=None if doc_ids is None else doc_tables(doc_ids))
     return o, reference.lse_from_saved(lse2)

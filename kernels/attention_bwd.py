@@ -21,6 +21,11 @@ partner is quantized or rounded, so the stored bytes serve both orientations.
 The backward products run on bf16 tensor cores (FP8 values are exact in bf16);
 only the score recompute is an FP8 product. GQA: one dK/dV program loops over
 the query heads that share its K/V head, so no atomics are needed.
+
+Document masking (HAS_DOC): each sub-tile ANDs "same document" into its mask (and r, as in
+the forward, is over the keys the row sees). dK/dV programs stop after the last query sub-tile
+of their last key's document, dQ programs start at the key sub-tile of their first query's
+document start: the skipped sub-tiles are masked for every row, so the result is bit-identical.
 """
 from __future__ import annotations
 
@@ -50,16 +55,26 @@ if HAS_TRITON:
 
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
-                 qk_scale, P_GLOB, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr,
-                 DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
-                 INTERP: tl.constexpr):
+                 qk_scale, P_GLOB, kdoc, DOC, doc_off, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
+                 PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr,
+                 HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM])."""
         offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
         m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
         st = mma(k, tl.trans(q), INTERP) * (ks[:, None] * (qs * qk_scale)[None, :])
-        if DIAG:
+        if HAS_DOC:
+            keep = kdoc[:, None] == tl.load(DOC + doc_off + offs_m)[None, :]
+            if DIAG:
+                keep = keep & (offs_n[:, None] <= offs_m[None, :])
+            st = tl.where(keep, st, float("-inf"))
+            if SAFE:
+                r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
+                r = tl.where(r > 0.0, r, 1.0)
+            else:
+                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
+        elif DIAG:
             keep = offs_n[:, None] <= offs_m[None, :]
             st = tl.where(keep, st, float("-inf"))
             if SAFE:
@@ -86,10 +101,10 @@ if HAS_TRITON:
         return dk, dv
 
     @triton.jit
-    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DK, DV, qk_scale, sm_scale, P_GLOB,
-                     S, G, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr,
-                     DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr,
-                     INTERP: tl.constexpr):
+    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK, DV, qk_scale,
+                     sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
+                     PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, SAFE: tl.constexpr,
+                     TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -105,25 +120,34 @@ if HAS_TRITON:
             lo = (pid_n + 1) * BN
         else:
             lo = 0
+        hi = S
+        doc_off = (bhk // HKV) * S
+        if HAS_DOC:  # query sub-tiles wholly outside this tile's documents are masked for every key: skip
+            kdoc = tl.load(DOC + doc_off + offs_n)
+            hi = (tl.load(DEND + doc_off + pid_n * BN + BN - 1) + BM - 1) // BM * BM
+            if not CAUSAL:
+                lo = tl.load(DSTART + doc_off + pid_n * BN) // BM * BM
+        else:
+            kdoc = offs_n
         for g in range(G):  # the query heads sharing this K/V head
             bh = bhk * G + g
             if CAUSAL:  # the diagonal: query sub-tiles inside this key tile, masked
-                for start_m in range(pid_n * BN, lo, BM):
+                for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
                     dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                      offs_n, offs_d, S, qk_scale, P_GLOB, D, BN, BM, PV_FMT, DS_FMT, True,
-                                      SAFE, TINY, INTERP)
-            for start_m in range(lo, S, BM):
+                                      offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT,
+                                      DS_FMT, True, SAFE, HAS_DOC, TINY, INTERP)
+            for start_m in range(lo, hi, BM):
                 dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                  offs_n, offs_d, S, qk_scale, P_GLOB, D, BN, BM, PV_FMT, DS_FMT, False, SAFE,
-                                  TINY, INTERP)
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT,
+                                  DS_FMT, False, SAFE, HAS_DOC, TINY, INTERP)
         dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
         tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
 
     @triton.jit
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
-                D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
-                TINY: tl.constexpr, INTERP: tl.constexpr):
+                qdoc, DOC, doc_off, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
+                DIAG: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
         """One BN-key sub-tile's contribution to the dQ of one BM-query tile."""
         cols = start_n + tl.arange(0, BN)
         k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
@@ -131,7 +155,12 @@ if HAS_TRITON:
         vs = tl.load(VS + bhk * S + cols)
         vt = tl.load(VT + bhk * S * D + offs_d[:, None] * S + cols[None, :])  # (D, BN)
         s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
-        if DIAG:
+        if HAS_DOC:
+            keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
+            if DIAG:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            s = tl.where(keep, s, float("-inf"))
+        elif DIAG:
             s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
         p = tl.exp2(s - m[:, None])
         dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
@@ -141,9 +170,9 @@ if HAS_TRITON:
         return dq
 
     @triton.jit
-    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DQ, qk_scale, sm_scale, P_GLOB, S, G,
-                   D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
-                   CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ, qk_scale, sm_scale,
+                   P_GLOB, S, G, HKV, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
+                   CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False):
         pid_m = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
@@ -158,13 +187,22 @@ if HAS_TRITON:
             hi = pid_m * BM
         else:
             hi = S
-        for start_n in range(0, hi, BN):
+        doc_off = (bhk // HKV) * S
+        if HAS_DOC:  # key sub-tiles wholly outside this tile's documents are masked for every row: skip
+            qdoc = tl.load(DOC + doc_off + offs_m)
+            lo = tl.load(DSTART + doc_off + pid_m * BM) // BN * BN
+            if not CAUSAL:
+                hi = (tl.load(DEND + doc_off + pid_m * BM + BM - 1) + BN - 1) // BN * BN
+        else:
+            qdoc = offs_m
+            lo = 0
+        for start_n in range(lo, hi, BN):
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                         P_GLOB, D, BM, BN, DS_FMT, False, TINY, INTERP)
+                         P_GLOB, qdoc, DOC, doc_off, D, BM, BN, DS_FMT, False, HAS_DOC, TINY, INTERP)
         if CAUSAL:  # the diagonal: key sub-tiles inside this query tile, masked
-            for start_n in range(hi, hi + BM, BN):
+            for start_n in range(pid_m * BM, pid_m * BM + BM, BN):
                 dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d,
-                             S, P_GLOB, D, BM, BN, DS_FMT, True, TINY, INTERP)
+                             S, P_GLOB, qdoc, DOC, doc_off, D, BM, BN, DS_FMT, True, HAS_DOC, TINY, INTERP)
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
@@ -180,7 +218,7 @@ def launch_config(d: int, ds_fmt: str) -> dict:
 
 
 def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
-             block: int, config: dict | None = None):
+             block: int, config: dict | None = None, doc=None):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
 
     q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); lse2, moff: the forward's row
@@ -188,6 +226,7 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
     the sub-tiles along each product's contraction are DS_TILE (dS's scale group). config
     (benchmark sweeps): num_warps / num_stages, "sub" (another sub-tile; only where dS's
     format has no per-group scale, bf16 or mxfp8), "which" ("dkdv" or "dq" alone).
+    doc: None, or `document.doc_tables(doc_ids)` as the forward got it (document masking).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -199,10 +238,12 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
-    common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET, **config)
-    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta)
+    common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
+                  HAS_DOC=doc is not None, **config)
+    doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
+    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
-    scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv)
+    scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     if which != "dq":
         _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, BN=block, BM=sub,
                                               PV_FMT=fmt_code(spec.pv), SAFE=safeguards, **common)

@@ -12,6 +12,12 @@ Per tile (log2 units; the math is written out in `reference`):
                            into P, the partner-folding rule, chosen after masking)
     acc = acc·α + dot(P8, V8) · r_i / 256  (fresh product per tile: r_i differs per tile)
 
+Document masking (DOC): every tile ANDs "same document" into its mask (the causal one on the
+diagonal), r_i is the max over the keys row i sees, and a row that sees no key of a tile yet
+(its document starts later) keeps M = -inf with exp2 taken against 0, so it adds exact zeros.
+A program starts at the key tile holding its first row's document start: every earlier tile
+is masked for all its rows, so skipping it changes no bit.
+
 Vᵀ is read K-major ([D, S] in memory) as Hopper's FP8 wgmma needs. The
 epilogue writes O (bf16), the row statistics M and l for the backward, and
 optionally O's per-token fp8 bytes (the saved copy; see attention_operands).
@@ -32,8 +38,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
-                  D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, DIAG: tl.constexpr,
-                  SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, ABLATE: tl.constexpr):
+                  qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                  DIAG: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
+                  INTERP: tl.constexpr, ABLATE: tl.constexpr):
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
@@ -42,7 +49,17 @@ if HAS_TRITON:
             s = mma(q, tl.trans(k), INTERP) * qs[:, None]
         else:
             s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
-        if DIAG:
+        if HAS_DOC:  # block-diagonal: same document (and j <= i on the diagonal)
+            keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
+            if DIAG:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            s = tl.where(keep, s, float("-inf"))
+            if SAFE:  # V-scale max over the keys row i sees (1 where it sees none: P is 0 there)
+                r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
+                r = tl.where(r > 0.0, r, 1.0)
+            else:  # leaky: the whole tile, future keys and other documents included
+                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+        elif DIAG:
             keep = offs_m[:, None] >= cols[None, :]
             s = tl.where(keep, s, float("-inf"))
             if SAFE:  # V-scale max over keys <= i only: the causally safe choice
@@ -55,8 +72,12 @@ if HAS_TRITON:
             m_new = tl.maximum(m_i, tl.max(s, 1))
         else:
             m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        if HAS_DOC:  # a row that has seen no key yet stays at -inf; exp2 against 0 gives exact zeros
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if ABLATE & 2:  # profiling only (wrong numbers): V's scale not folded into P
             x = p
@@ -77,10 +98,10 @@ if HAS_TRITON:
         return acc, m_new, l_i
 
     @triton.jit
-    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, LSE2, MOFF, qk_scale, P_GLOB, S, G,
-                    D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
+    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, qk_scale, P_GLOB, S, G,
+                    HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                     SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                    ABLATE: tl.constexpr = 0):
+                    HAS_DOC: tl.constexpr = False, ABLATE: tl.constexpr = 0):
         pid_m = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
@@ -94,18 +115,27 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK], tl.float32)
         acc = tl.zeros([BLOCK, D], tl.float32)
+        doc_off = (bhk // HKV) * S  # the batch row's doc ids
         if CAUSAL:
             hi = pid_m * BLOCK
         else:
             hi = S
-        for start in range(0, hi, BLOCK):
+        if HAS_DOC:  # key tiles wholly before the first row's document are masked for every row: skip
+            qdoc = tl.load(DOC + doc_off + offs_m)
+            lo = tl.load(DSTART + doc_off + pid_m * BLOCK) // BLOCK * BLOCK
+            if not CAUSAL:  # and those wholly after the last row's document
+                hi = (tl.load(DEND + doc_off + pid_m * BLOCK + BLOCK - 1) + BLOCK - 1) // BLOCK * BLOCK
+        else:
+            qdoc = offs_m
+            lo = 0
+        for start in range(lo, hi, BLOCK):
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, start, offs_m,
-                                      offs_d, S, P_GLOB, D, BLOCK, PV_FMT, False, SAFE, TINY, INTERP,
-                                      ABLATE)
+                                      offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, False, SAFE,
+                                      HAS_DOC, TINY, INTERP, ABLATE)
         if CAUSAL:
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, pid_m * BLOCK,
-                                      offs_m, offs_d, S, P_GLOB, D, BLOCK, PV_FMT, True, SAFE, TINY, INTERP,
-                                      ABLATE)
+                                      offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, True,
+                                      SAFE, HAS_DOC, TINY, INTERP, ABLATE)
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
         lse2 = m_i + tl.log2(l_i)  # saved as lse2 and int8 floor(lse2) - M (reference.pack_stats)
@@ -126,10 +156,11 @@ def launch_config(d: int, emulated: bool) -> dict:
 
 
 def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
-            config: dict | None = None):
+            config: dict | None = None, doc=None):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
+    doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
     config: num_warps / num_stages override, and ABLATE (bits 1: no K scale, 2: no V fold, 4: no
     integer max, 8: chained P·V accumulation; wrong numbers, for the benchmark's time profile only).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
@@ -144,11 +175,12 @@ def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, blo
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
     pv = fmt_code(spec.pv)
+    doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     _fwd_kernel[(seq // block, b * hq)](
-        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, lse2, moff,
-        sm_scale * 1.4426950408889634, p_global_value(), seq, group,
+        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, lse2, moff, *doc_ptrs,
+        sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=pv, CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
-        INTERP=INTERPRET,
+        INTERP=INTERPRET, HAS_DOC=doc is not None,
         **(config or launch_config(d, spec.emulated)),
     )
     if not save_o8:

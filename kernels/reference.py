@@ -17,6 +17,10 @@ dV_j = (1/s_v[j]) Σ_i deq(x)_ij · bf16(dO_i · r_in / l_i); dP = dO·Vᵀ; dS 
 with P = p / l and delta = rowsum(dO ∘ O) from the fp8-saved O; dQ = sm_scale·Σ deq(dS∘s_k)·k8,
 dK = sm_scale·Σ deq(dSᵀ∘s_q)·q8 with dS quantized along each product's contraction axis, one
 scale per row and DS_TILE-long group (the backward kernels' sub-tile).
+
+Document masking (`doc_ids`): "j <= i" above becomes "j <= i and j in i's document", in the
+mask and in r_in alike: r is the max over the tile's keys that row i *sees*, so a row's P bytes
+depend on its own document only (a tile where it sees nothing has P = 0; r is then 1).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import torch.nn.functional as TF
 from . import formats as F
 from .attention_operands import ForwardOperands, Operand, backward_delta, prepare_forward, quantize_operand
 from .attention_operands import quantize_output as _quantize_output
+from .document import document_causal_mask
 from .spec import SEQ_BLOCK, AttentionSpec
 
 LOG2E = 1.4426950408889634
@@ -69,14 +74,26 @@ def quant_rows(x: torch.Tensor, fmt: str, fixed: bool, tile: int = SEQ_BLOCK):
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def _row_vmax(v_scale: torch.Tensor, seq_q: int, causal: bool, safe: bool, tile: int) -> torch.Tensor:
-    """r [..., Sq, Sk]: max of V's per-token scale over each key tile, only over keys <= i on the
-    diagonal tile when safe (leaky: the whole tile), repeated over the tile's keys."""
-    vt = v_scale.unflatten(-1, (v_scale.shape[-1] // tile, tile))  # (..., T, tile)
-    r = vt.amax(-1)[..., None, :].expand(*v_scale.shape[:-1], seq_q, vt.shape[-2]).clone()  # (..., Sq, T)
-    if causal and safe:
-        rows = torch.arange(seq_q, device=v_scale.device)
-        r[..., rows, rows // tile] = vt.cummax(-1).values.flatten(-2)[..., :seq_q]
+def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:
+    """Which keys each query sees: None (all), bool [S, S] (causal) or [B, 1, S, S] (documents)."""
+    if doc_ids is not None:
+        return document_causal_mask(doc_ids, causal)
+    if causal:
+        return torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    return None
+
+
+def _row_vmax(v_scale: torch.Tensor, seq_q: int, keep: torch.Tensor | None, safe: bool, tile: int) -> torch.Tensor:
+    """r [..., Sq, Sk]: max of V's per-token scale over each key tile, over the keys row i sees when
+    safe (leaky, or nothing masked: the whole tile), repeated over the tile's keys. A tile where the
+    row sees no key gets r = 1 (its P is 0 there)."""
+    if keep is None or not safe:
+        vt = v_scale.unflatten(-1, (v_scale.shape[-1] // tile, tile))  # (..., T, tile)
+        r = vt.amax(-1)[..., None, :].expand(*v_scale.shape[:-1], seq_q, vt.shape[-2])  # (..., Sq, T)
+    else:
+        seen = torch.where(keep, v_scale[..., None, :], 0.0)  # (..., Sq, Sk)
+        r = seen.unflatten(-1, (seen.shape[-1] // tile, tile)).amax(-1)
+        r = torch.where(r > 0, r, 1.0)
     return r.repeat_interleave(tile, dim=-1)
 
 
@@ -84,26 +101,28 @@ class _Probs:
     """The forward's probabilities, recomputed identically in the backward."""
 
     def __init__(self, ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool,
-                 sm_scale: float, m: torch.Tensor | None = None, tile: int = SEQ_BLOCK):
+                 sm_scale: float, m: torch.Tensor | None = None, tile: int = SEQ_BLOCK, doc_ids=None):
         group = ops.q.vals.shape[1] // ops.k.vals.shape[1]
         self.kv = lambda t: t.repeat_interleave(group, dim=1)  # (B, Hkv, ...) -> (B, Hq, ...)
         seq = ops.q.vals.shape[-2]
         qs = ops.q.scale * (sm_scale * LOG2E)
         s = ops.q.vals.float() @ self.kv(ops.k.vals).float().transpose(-1, -2)  # (B, H, Sq, Sk)
         s = s * (qs[..., :, None] * self.kv(ops.k.scale)[..., None, :])
-        if causal:
-            s = s.masked_fill(~torch.ones(seq, seq, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+        self.keep = attention_keep(seq, causal, doc_ids, s.device)
+        if self.keep is not None:
+            s = s.masked_fill(~self.keep, float("-inf"))
         self.m = s.amax(-1).ceil() if m is None else m
         self.p = torch.exp2(s - self.m[..., None])
         self.vs = self.kv(ops.v.scale)
-        self.r = _row_vmax(self.vs, seq, causal, safe, tile)
+        self.r = _row_vmax(self.vs, seq, self.keep, safe, tile)
         x = self.p * self.vs[..., None, :] * (1.0 / self.r)
         self.xq, self.prs = quant_rows(x, spec.pv, fixed=True, tile=tile)
 
 
-def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool, sm_scale: float):
-    """(O fp32 [B, Hq, S, D], M, l [B, Hq, S]) from quantized operands."""
-    pr = _Probs(ops, spec, causal, safe, sm_scale)
+def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool, sm_scale: float,
+                 doc_ids: torch.Tensor | None = None):
+    """(O fp32 [B, Hq, S, D], M, l [B, Hq, S]) from quantized operands; doc_ids [B, S] or None."""
+    pr = _Probs(ops, spec, causal, safe, sm_scale, doc_ids=doc_ids)
     l = pr.p.sum(-1)
     o = ((pr.xq * (pr.r * pr.prs)) @ pr.kv(ops.v.vals).float()) / l[..., None]
     return o, pr.m, l
@@ -126,9 +145,10 @@ def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
-                  causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE):
+                  causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE,
+                  doc_ids: torch.Tensor | None = None):
     """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l."""
-    pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile)
+    pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     b, hq, seq, _ = ops.q.vals.shape
     hkv = ops.k.vals.shape[1]
     # dV: dO rows carry the per-row, per-tile factor r·prs/l, rounded to bf16 as the kernel does.
@@ -156,56 +176,65 @@ def lse_from_saved(lse2: torch.Tensor) -> torch.Tensor:
 
 class _RefAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec, causal, safeguards):
+    def forward(ctx, q, k, v, spec, causal, safeguards, doc_ids):
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
-        o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale)
+        o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale, doc_ids)
         o = o.to(q.dtype)
         o_saved = _quantize_output(o, spec.do, F)
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals, ops.v.scale,
-                              o_saved.vals, o_saved.scale, *pack_stats(m, l))
+                              o_saved.vals, o_saved.scale, doc_ids, *pack_stats(m, l))
         ctx.cfg = (spec, causal, safeguards, sm_scale, q.dtype)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        qv, qs, kv, ks, vv, vs, ov, os_, lse2, moff = ctx.saved_tensors
+        qv, qs, kv, ks, vv, vs, ov, os_, doc_ids, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale, dtype = ctx.cfg
         ops = ForwardOperands(Operand(qv, qs), Operand(kv, ks), Operand(vv, vs))
         do = quantize_operand(grad_o, spec.do, F)
         delta = backward_delta(do, Operand(ov, os_))
         m, linv = unpack_stats(lse2, moff)
-        dq, dk, dv = backward_math(ops, spec, do, delta, m, linv, causal, safeguards, sm_scale)
-        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None
+        dq, dk, dv = backward_math(ops, spec, do, delta, m, linv, causal, safeguards, sm_scale, doc_ids=doc_ids)
+        return dq.to(dtype), dk.to(dtype), dv.to(dtype), None, None, None, None
 
 
-def _sdpa(q, k, v, causal: bool) -> torch.Tensor:
-    """Plain attention (the bf16 spec): SDPA with GQA expansion."""
-    return TF.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+def _sdpa(q, k, v, causal: bool, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Plain attention (the bf16 spec): SDPA with GQA expansion; with doc_ids, a dense boolean
+    document mask (`document.document_causal_mask`)."""
+    if doc_ids is None:
+        return TF.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:  # explicit: not every SDPA backend that takes a mask takes enable_gqa
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return TF.scaled_dot_product_attention(q, k, v, attn_mask=document_causal_mask(doc_ids, causal))
 
 
-def attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True) -> torch.Tensor:
+def attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True,
+              doc_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Differentiable reference FLAMIA attention: q [B, Hq, S, D], k/v [B, Hkv, S, D] bf16 -> O bf16.
 
-    Inputs are assumed checked (`attention.check_inputs`); the bf16 spec is plain SDPA.
+    doc_ids [B, S] (non-decreasing): attention stays inside each document. Inputs are assumed
+    checked (`attention.check_inputs`, `document.check_doc_ids`); the bf16 spec is plain SDPA.
     """
     spec = AttentionSpec.parse(spec)
     if spec.is_bf16:
-        return _sdpa(q, k, v, causal)
-    return _RefAttention.apply(q, k, v, spec, causal, safeguards)
+        return _sdpa(q, k, v, causal, doc_ids)
+    return _RefAttention.apply(q, k, v, spec, causal, safeguards, doc_ids)
 
 
 @torch.no_grad()
-def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True, doc_ids=None):
     """(O bf16, LSE fp32 [B, Hq, S]) of the quantized forward, for the causal-safety tests."""
     spec = AttentionSpec.parse(spec)
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
     ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
-    o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale)
+    o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale, doc_ids)
     return o.to(q.dtype), lse_from_saved(pack_stats(m, l)[0])
 
 
-def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True):
+def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True,
+                               doc_ids: torch.Tensor | None = None):
     """The quantized forward as a differentiable PyTorch graph with straight-through quantizers.
 
     Same output value as `attention` (up to fp32 rounding); autograd through it is the
@@ -215,14 +244,13 @@ def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safegua
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
     ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, F, SEQ_BLOCK)
     with torch.no_grad():
-        pr = _Probs(ops, spec, causal, safeguards, sm_scale)
+        pr = _Probs(ops, spec, causal, safeguards, sm_scale, doc_ids=doc_ids)
         e_q = pr.xq * pr.prs * pr.r / pr.vs[..., None, :]  # the quantized numerator the forward used
     st = lambda x, op: x.float() + (op.dequant() - x.float()).detach()  # noqa: E731
     qt, kt, vt = st(q, ops.q), pr.kv(st(k, ops.k)), pr.kv(st(v, ops.v))
     s = (qt @ kt.transpose(-1, -2)) * sm_scale
-    if causal:
-        seq = q.shape[-2]
-        s = s.masked_fill(~torch.ones(seq, seq, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    if pr.keep is not None:
+        s = s.masked_fill(~pr.keep, float("-inf"))
     e = torch.exp(s - pr.m[..., None] / LOG2E)
     e_st = e + (e_q - e).detach()
     return (e_st @ vt) / e.sum(-1, keepdim=True)
