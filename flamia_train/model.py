@@ -23,7 +23,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from flamia_kernels.linear import FlamiaLinear
 
-from flamia_train.document_mask import document_attention, document_causal_mask
 from flamia_train.errors import ConfigError
 from flamia_train.rope import RopeScaling, rope_table
 
@@ -159,7 +158,7 @@ class Attention(nn.Module):
             if norm is not None:
                 norm.reset_parameters()
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         # Imported at call time so that building a model never depends on the kernel package.
         from flamia_kernels import flamia_attention
 
@@ -172,10 +171,8 @@ class Attention(nn.Module):
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         # The kernels take bf16 operands in (B, heads, S, Dh) and expand GQA themselves.
         q, k, v = (t.transpose(1, 2).to(torch.bfloat16) for t in (q, k, v))
-        if mask is None:
-            y = flamia_attention(q, k, v, spec=self.spec, causal=True)  # (B, H, S, Dh) bf16
-        else:  # document masking: block-diagonal causal (flamia_train.document_mask)
-            y = document_attention(q, k, v, mask, self.spec)
+        # doc_ids (B, S) or None: document masking (block-diagonal causal) inside the kernels, any spec.
+        y = flamia_attention(q, k, v, spec=self.spec, causal=True, doc_ids=doc_ids)  # (B, H, S, Dh) bf16
         y = y.to(x.dtype).transpose(1, 2).reshape(B, S, self.n_heads * self.head_dim)  # (B, S, H·Dh)
         return self.wo(y)
 
@@ -214,8 +211,8 @@ class Block(nn.Module):
         self.mlp_norm.reset_parameters()
         self.mlp.init_weights(std, out_std)
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), freqs, mask)  # (B, S, D_model)
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), freqs, doc_ids)  # (B, S, D_model)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -364,7 +361,6 @@ class GPT(nn.Module):
         _, S = tokens.shape
         freqs = self._rope(S, tokens.device)  # (S, Dh/2) complex64; FSDP never casts complex inputs
         h = self.tok_embeddings(tokens)  # (B, S, D_model)
-        mask = None if doc_ids is None else document_causal_mask(doc_ids)  # (B, 1, S, S) bool
         for block in self.layers:
-            h = block(h, freqs, mask)
+            h = block(h, freqs, doc_ids)
         return self.output(self.norm(h))  # (B, S, V)

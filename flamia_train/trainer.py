@@ -35,7 +35,7 @@ class TrainConfig:
     seq_len: int = 256  # tokens per row; a multiple of the attention block
     micro_batch_size: int = 8  # rows per rank per forward/backward
     tokens_per_step: int = 0  # global tokens per optimizer step; 0 = one micro-batch on every rank
-    document_masking: bool = False  # attention stays inside each packed document (bf16 attention only, for now)
+    document_masking: bool = False  # attention stays inside each packed document (every attention spec)
     lr: float = 3e-3  # peak learning rate (after warm-up)
     weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only, not norms/embeddings)
     beta1: float = 0.9  # AdamW beta1

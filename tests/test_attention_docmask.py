@@ -27,7 +27,7 @@ from flamia_kernels.document import doc_tables, document_causal_mask
 from test_causal_safety import DIM, EDGES, KINDS, OPS, SEQ, _leaks, _variants
 
 TOL = 3e-3
-UNALIGNED_TOL = {"fp8": 3e-2, "nvfp4-fp8": 1e-1}  # packed vs alone: P re-rounded with another r_i
+UNALIGNED_TOL = {"fp8": 1.5e-2, "nvfp4-fp8": 1.2e-1}  # packed vs alone: P re-rounded (measured 5e-3, 7.4e-2)
 
 
 def _rel(a, b):
@@ -293,8 +293,10 @@ def test_gpu_triton_matches_reference_with_doc_ids(spec):
     print(f"\n{spec} S=2048 doc-masked triton vs reference rel-L2: {errs}")
     assert all(e <= 5e-3 for e in errs.values()), errs
     alone = _alone(flamia_attention, q[:1], k[:1], v[:1], do[:1], 1024, 2048, spec)
-    for name, a, b in zip(("O", "dQ", "dK", "dV"), tri, alone, strict=True):
-        assert torch.equal(a[:1, :, 1024:], b), name
+    diff = {n: (a[:1, :, 1024:].float() - b.float()).abs().max().item()
+            for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, alone, strict=True)}
+    print(f"{spec} tile-aligned document, packed vs alone, max |diff|: {diff}")
+    assert all(d == 0 for d in diff.values()), diff
 
 
 @pytest.mark.gpu

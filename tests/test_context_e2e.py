@@ -22,7 +22,6 @@ from test_train_e2e import ROOT, assert_same_weights, cli, exported, train_losse
 from flamia_train import data
 from flamia_train.config import register_configs, to_dataclass, validate
 from flamia_train.context_eval import load_model, parallel_vs_autoregressive
-from flamia_train.errors import ConfigError
 
 STAGES = ["schedule.context.unit=step", "schedule.context.stages=[{start:0,seq_len:128,ramp_to:384},"
           "{start:4,seq_len:384}]", "train.document_masking=true", "train.eval_interval=0", "checkpoint.keep=5",
@@ -85,8 +84,9 @@ def test_eval_context_cli_prints_position_buckets_and_the_gap(warmup_run, corpus
 
 def _attention(**forced):
     """flamia_attention through the PyTorch reference, with `forced` arguments (the leaks)."""
-    def attention(q, k, v, spec="bf16", causal=True, safeguards=True):
-        return reference.attention(q, k, v, spec, **{"causal": causal, "safeguards": safeguards, **forced})
+    def attention(q, k, v, spec="bf16", causal=True, safeguards=True, doc_ids=None):
+        kw = {"causal": causal, "safeguards": safeguards, "doc_ids": doc_ids, **forced}
+        return reference.attention(q, k, v, spec, **kw)
     return attention
 
 
@@ -117,13 +117,13 @@ def test_bench_context_groups_records_per_stage(warmup_run):
     assert stages[1]["loss_last"] == losses[-1] and stages[0]["loss_mean"] == pytest.approx(sum(losses[:4]) / 4)
 
 
-def test_document_masking_with_a_quantized_spec_is_refused_before_any_work(tmp_path):
+def test_document_masking_with_a_quantized_spec_validates(tmp_path):
+    """The FLAMIA kernels take doc ids, so validate no longer refuses this combination."""
     from hydra import compose, initialize_config_dir
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = to_dataclass(compose(config_name="train", overrides=[
             "precision.default.attention=fp8", "train.document_masking=true", f"run_dir={tmp_path}/r"]))
-    with pytest.raises(ConfigError, match="not yet supported by the FLAMIA kernels") as err:
-        validate(cfg)
-    assert err.value.key == "train.document_masking"
+    validate(cfg)
+    assert cfg.train.document_masking and cfg.precision.default.attention == "fp8"

@@ -2,7 +2,7 @@
 
 Document masking: each document of a packed row must come out as if it ran alone (the
 reference), prefixes must not see suffixes (the causal prefix test), the loader's doc ids
-must follow the EOS boundaries, and quantized specs must refuse it clearly.
+must follow the EOS boundaries, and quantized specs run it in the FLAMIA kernels.
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from flamia_kernels import flamia_attention
 
 from flamia_train.data_loader import PackedLoader
-from flamia_train.document_mask import cu_seqlens, document_attention, document_causal_mask
+from flamia_train.document_mask import cu_seqlens
 from flamia_train.errors import ConfigError
 from flamia_train.model import GPT, ModelConfig
 from flamia_train.rope import RopeScaling, inv_frequencies, magnitude, rope_table
@@ -121,18 +122,27 @@ def test_document_attention_matches_per_document_sdpa_with_gqa():
     lengths = [40, 25, 63]
     q, k, v = (torch.randn(2, h, sum(lengths), 16) for h in (4, 2, 2))
     ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]).expand(2, -1)
-    out = document_attention(q, k, v, document_causal_mask(ids), "bf16")
+    out = flamia_attention(q, k, v, "bf16", doc_ids=ids)
     pieces = [F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
               for qs, ks, vs in zip(*(t.split(lengths, dim=2) for t in (q, k, v)), strict=True)]
     torch.testing.assert_close(out, torch.cat(pieces, dim=2), rtol=1e-5, atol=1e-5)
     assert [c.tolist() for c in cu_seqlens(ids)] == [[0, 40, 65, 128]] * 2
 
 
-def test_quantized_spec_refuses_document_masking_clearly():
-    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
-    with pytest.raises(ConfigError, match="not yet supported by the FLAMIA kernels") as err:
-        document_attention(q, k, v, document_causal_mask(torch.zeros(1, 128, dtype=torch.long)), "fp8")
-    assert err.value.key == "train.document_masking"
+def test_fp8_document_masked_prefix_is_bit_identical_when_the_suffix_changes():
+    """A quantized spec with document masking (FLAMIA kernels): model-level prefix test (FLAMIA.md
+    test 4), the suffix's tokens and document cuts changed; the mask must change the logits."""
+    model = build(seed=4, d_model=128, n_heads=2, n_kv_heads=1)  # head_dim 64: a FLAMIA kernel shape
+    model.set_attention_specs(["fp8"] * SMALL.n_layers)
+    row, ids = packed_row([60, 90, 106])
+    t = int(np.random.randint(100, 200))
+    other, other_ids = row.clone(), ids.clone()
+    other[:, t + 1:] = torch.randint(3, SMALL.vocab_size, (1, row.shape[1] - t - 1))
+    other_ids[:, t + 1:] = ids[0, t] + 1
+    with torch.no_grad():
+        packed = model(row, ids)
+        assert torch.equal(packed[:, : t + 1], model(other, other_ids)[:, : t + 1])
+        assert (packed[:, 60:] - model(row)[:, 60:]).abs().max() > 1e-2
 
 
 class _Docs:
