@@ -69,8 +69,8 @@ def _reference_unquantized(q, k, v, spec, causal, safeguards, doc_ids):
 # ---- kernels vs reference ---------------------------------------------------------------------
 @pytest.mark.parametrize("spec,shape,causal", [
     ("fp8", (2, 4, 2, 256, 64), True),
-    ("nvfp4-fp8", (2, 4, 2, 256, 64), True),
-    ("bf16", (2, 4, 2, 256, 64), True),  # Triton kernels on bf16 operands vs the reference's math
+    ("nvfp4-fp8", (2, 2, 1, 256, 64), True),
+    ("bf16", (2, 2, 1, 256, 64), True),  # Triton kernels on bf16 operands vs the reference's math
     ("fp8", (1, 2, 1, 256, 64), False),  # bidirectional inside each document
 ])
 def test_triton_matches_reference_with_doc_ids(spec, shape, causal):
@@ -202,9 +202,9 @@ def test_prefix_reference_with_doc_ids(spec):
 
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
 def test_prefix_triton_with_doc_ids(spec):
-    """Tests 2 and 3 on the Triton kernels at t = 0, 15, 64, 127, 128 and a random t (a document
+    """Tests 2 and 3 on the Triton kernels at t = 0, 15, 127, 128 and a random t (a document
     starting at t for two of them), the perturbation kind rotating over t."""
-    ts = [0, 15, 64, SEQ_BLOCK - 1, SEQ_BLOCK, random.Random(42).randrange(SEQ_BLOCK + 1, SEQ - 2)]
+    ts = [0, 15, SEQ_BLOCK - 1, SEQ_BLOCK, random.Random(42).randrange(SEQ_BLOCK + 1, SEQ - 2)]
     outs, pairs = _run("triton", spec, True, ts, seed=42, ts_cut=(15, SEQ_BLOCK),
                        kinds_for_t=lambda n: (KINDS[n % len(KINDS)],))
     assert _leaks(outs, pairs) == []
