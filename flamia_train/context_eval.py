@@ -108,10 +108,10 @@ def log2_buckets(seq_len: int, first: int = 16) -> list[tuple[int, int]]:
 @torch.no_grad()
 def loss_by_position(model: GPT, batches, seq_len: int) -> list[dict]:
     """Mean loss per log2 bucket of positions over `batches` of (inputs, targets) [B, seq_len]."""
-    total = torch.zeros(seq_len, dtype=torch.float64)
+    total = torch.zeros(seq_len, dtype=torch.float64)  # accumulated on the CPU whatever the model's device
     rows = 0
     for inputs, targets in batches:
-        total += token_losses(model, inputs, targets).double().sum(0)
+        total += token_losses(model, inputs, targets).double().sum(0).cpu()
         rows += inputs.shape[0]
     return [{"start": a, "end": b, "loss": (total[a:b].sum() / (rows * (b - a))).item()}
             for a, b in log2_buckets(seq_len)]
