@@ -93,8 +93,10 @@ def _aten_scale(op: QOperand, second: bool) -> torch.Tensor:
 
 def _native_mm(a: QOperand, b: QOperand, out_dtype: torch.dtype) -> torch.Tensor:
     """``A·Bᵀ`` via torch._scaled_mm: mat1 row-major [M, K], mat2 = Bᵀ column-major [K, N]."""
-    out = torch._scaled_mm(a.data, b.data.t(), _aten_scale(a, False), _aten_scale(b, True),
-                           out_dtype=torch.bfloat16)
+    # cuBLASLt takes only row-major mat1 and column-major mat2; dgrad/wgrad operands arrive as
+    # transposed views (seen on the H200: "Only multiplication of row-major and column-major matrices").
+    out = torch._scaled_mm(a.data.contiguous(), b.data.contiguous().t(), _aten_scale(a, False),
+                           _aten_scale(b, True), out_dtype=torch.bfloat16)
     return out.to(out_dtype)
 
 
