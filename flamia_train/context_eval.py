@@ -149,12 +149,13 @@ def parallel_vs_autoregressive(model: GPT, row: torch.Tensor, block: int) -> dic
     inputs, targets = row[:-1], row[1:]
     S = inputs.numel()
     parallel = token_losses(model, inputs[None], targets[None])[0]
-    auto = torch.empty(S, dtype=torch.float32)
+    device = row.device  # every index and batch tensor lives with the model's inputs (CPU or CUDA)
+    auto = torch.empty(S, dtype=torch.float32, device=device)
     for padded in range(block, S + block, block):
-        ends = torch.arange(padded - block, min(padded, S))  # positions whose prefix pads to `padded`
+        ends = torch.arange(padded - block, min(padded, S), device=device)  # positions whose prefix pads to `padded`
         chunk = max(1, TOKENS_PER_FORWARD // padded)
         for part in ends.split(chunk):
-            batch = torch.full((part.numel(), padded), PAD_ID, dtype=inputs.dtype)
+            batch = torch.full((part.numel(), padded), PAD_ID, dtype=inputs.dtype, device=device)
             for i, t in enumerate(part.tolist()):
                 batch[i, : t + 1] = inputs[: t + 1]
             with _head_only_at(model, part):
