@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -15,7 +16,12 @@ from flamia_train.errors import FlamiaError
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train")
+# An absolute directory, so the console script finds the configs from any working directory
+# (a relative path makes Hydra look for an importable `configs` module instead).
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(dict_cfg: DictConfig) -> None:
     from flamia_train.build import build_run
     from flamia_train.trainer import Trainer

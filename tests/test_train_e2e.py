@@ -40,13 +40,14 @@ def cli(run_dir: Path, corpus: Path, *overrides: str, nproc: int = 1, timeout: i
         "logger=none", "logger.log_interval=1", "train.seq_len=128", "train.micro_batch_size=4",
         "train.eval_batches=2", "parallel.param_dtype=fp32", "schedule.warmup_steps=1",
     ]
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "flamia_train.train"]
+    if nproc == 1:  # the console script, as the README runs it
+        cmd = [str(Path(sys.executable).with_name("flamia-train"))]
     else:
         cmd = [TORCHRUN, "--standalone", f"--nproc_per_node={nproc}", "-m", "flamia_train.train"]
     env = {**os.environ, "OMP_NUM_THREADS": "1" if nproc > 1 else "2", "PYTHONUNBUFFERED": "1"}
     env.pop("TRITON_INTERPRET", None)  # bf16 attention runs SDPA; nothing to interpret
-    proc = subprocess.run(cmd + base + list(overrides), cwd=ROOT, env=env, capture_output=True, text=True,
+    # Run outside the checkout: configs must be found from the installed package, not the cwd.
+    proc = subprocess.run(cmd + base + list(overrides), cwd=run_dir.parent, env=env, capture_output=True, text=True,
                           timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}")
