@@ -4,14 +4,7 @@
 # at most 8 files), plus the phase logs' tails on stdout.
 set -uo pipefail
 source scripts/device/setup.sh
-OUT=${OUT:-/tmp/out}; R=/tmp/results; mkdir -p "$OUT" "$R"
 C=.gpu/corpus32k
-phase() {
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" "$@" > "$R/$name.log" 2>&1
-  echo "=== $name exit $? ($((SECONDS - t0)) s)"; tail -n "${TAIL:-12}" "$R/$name.log"
-}
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader > "$R/gpu.txt"
 # Issue 3 open item: which stage makes the GPU kernel differ from the reference.
 TAIL=30 phase kernels_gpu 100 python3 -m pytest -q -m gpu tests/test_attention_gpu.py \

@@ -3,14 +3,7 @@
 # parallel-vs-AR gap, and the kernel-vs-reference diagnostics (tracebacks this time), time-boxed.
 set -uo pipefail
 source scripts/device/setup.sh
-OUT=${OUT:-/tmp/out}; R=/tmp/results; mkdir -p "$OUT" "$R"
 C=.gpu/corpus32k
-phase() {
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" "$@" > "$R/$name.log" 2>&1
-  echo "=== $name exit $? ($((SECONDS - t0)) s)"; tail -n "${TAIL:-12}" "$R/$name.log"
-}
 TAIL=6 phase linear_gpu 60 python3 -m pytest -q -m gpu tests/test_linear.py -p no:cacheprovider
 TAIL=8 phase longctx 110 python3 scripts/bench_context.py --model gpt-125m --schedule long-context --steps 40 \
   --run-dir /tmp/lc125m --out "$R/longctx.json" -- precision=fp8 "data.path=$C" "data.tokenizer=$C/tokenizer.model" \

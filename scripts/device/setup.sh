@@ -6,3 +6,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/pkgs && ln -sfn "$PWD/kernels" /tmp/pkgs/flamia_kernels
 export PYTHONPATH=/tmp/site:/tmp/pkgs:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# Results of a device call go under R (tarred into $OUT at the end: the device returns at most 8 files).
+OUT=${OUT:-/tmp/out}; R=/tmp/results; mkdir -p "$OUT" "$R"
+# phase NAME SECONDS CMD...: run CMD time-boxed, log to $R/NAME.log, print its exit code and tail.
+phase() {
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS
+  timeout "$secs" "$@" > "$R/$name.log" 2>&1
+  echo "=== $name exit $? ($((SECONDS - t0)) s)"; tail -n "${TAIL:-12}" "$R/$name.log"
+}
