@@ -70,9 +70,19 @@ def _saturate_to_fp8(v: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- fp8 (E4M3 + fp32)
 
 
+def _div(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """IEEE ``x / divisor`` on every device.
+
+    PyTorch's CUDA division by a Python (CPU) scalar multiplies by the scalar's reciprocal,
+    which differs from true division in the last bit for some inputs; the Triton pre-pass
+    divides with `div_rn`. A 0-dim tensor on x's device takes the true-division kernel.
+    """
+    return x / torch.full((), divisor, dtype=x.dtype, device=x.device)
+
+
 def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
     """fp32 scale that maps `amax` onto 448: ``max(amax, FP8_TINY) / 448``."""
-    return amax.float().clamp_min(FP8_TINY) / FP8_MAX
+    return _div(amax.float().clamp_min(FP8_TINY), FP8_MAX)
 
 
 def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -201,7 +211,7 @@ class NVFP4Tensor:
 
 def nvfp4_global_scale(amax: torch.Tensor) -> torch.Tensor:
     """fp32 global scale ``max(amax, FP8_TINY) / (448 * 6)``."""
-    return amax.float().clamp_min(FP8_TINY) / NVFP4_GLOBAL_DIVISOR
+    return _div(amax.float().clamp_min(FP8_TINY), NVFP4_GLOBAL_DIVISOR)
 
 
 def nvfp4_per_token_global_scale(x: torch.Tensor) -> torch.Tensor:
@@ -260,7 +270,7 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
 
 def nvfp4_block_scale(block_amax: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
     """E4M3 block scale ``sat(block_amax / 6 / global)``; NaN for non-finite block_amax."""
-    bs = block_amax.float() / E2M1_MAX / global_scale
+    bs = _div(block_amax.float(), E2M1_MAX) / global_scale
     return _saturate_to_fp8(torch.where(torch.isfinite(block_amax), bs, torch.nan))
 
 
