@@ -65,12 +65,6 @@ class TrainState:
         self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
 
 
-def grad_accumulation_steps(cfg: TrainConfig, world_size: int) -> int:
-    """Micro-batches per rank per optimizer step (validate() checked divisibility)."""
-    micro_tokens = cfg.micro_batch_size * cfg.seq_len * world_size
-    return max(1, cfg.tokens_per_step // micro_tokens) if cfg.tokens_per_step else 1
-
-
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token loss in fp32. logits [B, S, V], targets [B, S]."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
