@@ -104,6 +104,14 @@ def _leaks(outs, pairs, forward: bool = True, backward: bool = True) -> list[str
     return bad
 
 
+def _assert_each_test_catches_every_leak(outs, pairs) -> None:
+    """Test 5: the forward checks alone and the backward checks alone each see a leak through Q, K and V."""
+    for check in ({"backward": False}, {"forward": False}):
+        bad = _leaks(outs, pairs, **check)
+        for name in OPS:
+            assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed: {bad}"
+
+
 def _rotating(n: int) -> tuple[str]:
     return (KINDS[n % len(KINDS)],)
 
@@ -138,10 +146,7 @@ def test_leaky_variant_is_caught(path, spec):
     """Test 5: safeguards=False (token-block Q/K/V scales, whole-tile V max on the diagonal)
     must fail the same checks, for a perturbation of each of Q, K and V."""
     outs, pairs = _run(path, spec, False, [15, SEQ_BLOCK + 40], seed=12, kinds_for_t=lambda n: ("outlier",))
-    for check in ({"backward": False}, {"forward": False}):  # each test alone must catch it
-        bad = _leaks(outs, pairs, **check)
-        for name in OPS:
-            assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed: {bad}"
+    _assert_each_test_catches_every_leak(outs, pairs)
 
 
 @pytest.mark.gpu
@@ -154,10 +159,7 @@ def test_prefix_gpu(path, spec):
     outs, pairs = _run(path, spec, True, ts, seed=17, seq=seq, device="cuda")
     assert _leaks(outs, pairs) == []
     outs, pairs = _run(path, spec, False, ts, seed=18, seq=seq, device="cuda")
-    for check in ({"backward": False}, {"forward": False}):
-        bad = _leaks(outs, pairs, **check)
-        for name in OPS:
-            assert any(f" {name}-" in b for b in bad), f"{check}: a leak through {name} went unnoticed"
+    _assert_each_test_catches_every_leak(outs, pairs)
 
 
 def test_prefix_forward_bf16():
