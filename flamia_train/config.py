@@ -21,9 +21,9 @@ from flamia_train.context import build_context_schedule
 from flamia_train.data import DataConfig
 from flamia_train.errors import ConfigError
 from flamia_train.guard import validate_guard
-from flamia_train.metrics import LoggerConfig
-from flamia_train.model import ModelConfig
-from flamia_train.parallel import ParallelConfig
+from flamia_train.metrics import LoggerConfig, validate_logger
+from flamia_train.model import ModelConfig, validate_model_config
+from flamia_train.parallel import ParallelConfig, validate_parallel
 from flamia_train.precision import PrecisionConfig
 from flamia_train.precision_schedule import PrecisionPlan, build_plan
 from flamia_train.schedules import ScheduleConfig, validate_schedule
@@ -71,24 +71,15 @@ def _one_of(key: str, value: str, allowed) -> None:
 
 
 def _validate_model(m: ModelConfig, specs) -> None:
+    """The shape rules live with the model; here only the rule that couples it to the attention specs."""
     from flamia_kernels import SUPPORTED_HEAD_DIMS
 
-    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads"):
-        _positive(f"model.{key}", getattr(m, key))
-    _positive("model.rope_theta", m.rope_theta)
-    _positive("model.ffn_hidden", m.ffn_hidden, allow_zero=True)
-    if m.d_model % m.n_heads:
-        raise ConfigError("model.n_heads", m.n_heads, f"must divide model.d_model = {m.d_model}")
-    if m.n_heads % m.n_kv_heads:
-        raise ConfigError("model.n_kv_heads", m.n_kv_heads, f"must divide model.n_heads = {m.n_heads}")
-    head_dim = m.d_model // m.n_heads
-    if head_dim % 2:
-        raise ConfigError("model.n_heads", m.n_heads, f"head_dim = d_model / n_heads = {head_dim} must be even (RoPE)")
+    validate_model_config(m)
     quantized = [i for i, s in enumerate(specs) if s.name != "bf16"]
-    if quantized and head_dim not in SUPPORTED_HEAD_DIMS:
+    if quantized and m.head_dim not in SUPPORTED_HEAD_DIMS:
         raise ConfigError(
             "model.n_heads", m.n_heads,
-            f"head_dim {head_dim} (layer {quantized[0]} uses attention '{specs[quantized[0]].name}') must be one "
+            f"head_dim {m.head_dim} (layer {quantized[0]} uses attention '{specs[quantized[0]].name}') must be one "
             f"of {sorted(SUPPORTED_HEAD_DIMS)} for quantized FLAMIA attention",
         )
 
@@ -133,17 +124,8 @@ def _validate_data(d: DataConfig) -> None:
 
 
 def _validate_run(cfg: FlamiaConfig, world_size: int) -> None:
-    _one_of("logger.backend", cfg.logger.backend, ("wandb", "none"))
-    _one_of("logger.mode", cfg.logger.mode, ("offline", "online", "disabled"))
-    _positive("logger.log_interval", cfg.logger.log_interval)
-    p = cfg.parallel
-    _one_of("parallel.activation_checkpoint", p.activation_checkpoint, ("none", "selective", "full"))
-    _one_of("parallel.param_dtype", p.param_dtype, ("bf16", "fp32"))
-    _one_of("parallel.reduce_dtype", p.reduce_dtype, ("bf16", "fp32"))
-    _one_of("parallel.device", p.device, ("auto", "cpu", "cuda"))
-    _positive("parallel.dp_replicate", p.dp_replicate)
-    if world_size % p.dp_replicate:
-        raise ConfigError("parallel.dp_replicate", p.dp_replicate, f"must divide the world size {world_size}")
+    validate_logger(cfg.logger)
+    validate_parallel(cfg.parallel, world_size)
     _positive("checkpoint.interval", cfg.checkpoint.interval, allow_zero=True)
     _positive("checkpoint.keep", cfg.checkpoint.keep)
     if cfg.resume not in RESUME_WORDS and not Path(cfg.resume).exists():
