@@ -15,6 +15,7 @@
 set -uo pipefail
 T_START=$SECONDS
 source scripts/device/setup.sh
+exec > >(tee "$R/console.txt") 2>&1   # the phase lines (exit code, seconds) come back too
 MODEL=${MODEL:-gpt-1b}
 PRECISION=${PRECISION:-flamia}
 DEVICE=${DEVICE:-cuda}            # parallel.device: cuda fails loudly where no GPU is visible
@@ -23,7 +24,7 @@ SEQ=${SEQ:-2048}
 MB=${MB:-4}                       # rows per rank per micro-batch (gpt-1b, 2k, no AC: ~40 GB estimated)
 TOKENS=${TOKENS:-$((NPROC * MB * SEQ))}   # global tokens per optimizer step: 1 GPU accumulates NPROC micro-batches
 STEPS=${STEPS:-20}
-CKPT=${CKPT:-15}                  # the NPROC-GPU checkpoint the 1-GPU run resumes from (steps CKPT+1..STEPS)
+CKPT=${CKPT:-16}                  # the NPROC-GPU checkpoint the 1-GPU run resumes from (steps CKPT+1..STEPS)
 WARMUP=${WARMUP:-4}               # first steps of each process left out of the tokens/s median
 LR=${LR:-3e-4}
 AC=${AC:-none}                    # parallel.activation_checkpoint: none | selective | full
