@@ -27,7 +27,14 @@ import torch
 from . import quantize as QZ
 from . import reference
 from ._triton_env import can_run_triton
-from .attention_operands import Operand, backward_delta, prepare_forward, quantize_operand, quantize_output
+from .attention_operands import (
+    Operand,
+    attach_off_diagonal,
+    backward_delta,
+    prepare_forward,
+    quantize_operand,
+    quantize_output,
+)
 from .document import check_doc_ids, doc_tables
 from .spec import SEQ_BLOCK, SUPPORTED_HEAD_DIMS, AttentionSpec
 
@@ -72,25 +79,21 @@ def check_inputs(q, k, v, spec: AttentionSpec) -> None:
         )
 
 
-def _transposed(op: Operand) -> tuple[torch.Tensor, torch.Tensor]:
-    """(values [..., D, S] contiguous, scale): Vᵀ, the K-major layout the PV product reads."""
-    return op.vals_t, op.scale
-
-
 class _FlamiaAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool, doc_ids):
         from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
-        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True)
-        vt = _transposed(ops.v)
+        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
+                              off_diagonal=doc_ids is None)
         save_o8 = spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
-        o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, causal, safeguards,
+        o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                                            sm_scale, SEQ_BLOCK, save_o8, doc=doc)
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
-        ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, vt[0], vt[1],
+        # The per-token bytes only: the backward re-derives the off-diagonal copies from them.
+        ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,
                               o_saved.vals, o_saved.scale, *(doc or (None,) * 3), lse2, moff)
         ctx.cfg = (spec, causal, safeguards, sm_scale)
         return o
@@ -101,10 +104,13 @@ class _FlamiaAttention(torch.autograd.Function):
 
         qv, qs, kv, ks, vtv, vs, ov, os_, *doc, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
+        k_op, v_op = Operand(kv, ks), Operand(vtv, vs, vals_t=vtv)
+        if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them
+            attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True)
         do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
         delta = backward_delta(do, Operand(ov, os_))
-        dq, dk, dv = attention_bwd.backward(Operand(qv, qs), Operand(kv, ks), (vtv, vs), do, lse2, moff,
-                                            delta, spec, causal, safeguards, sm_scale, SEQ_BLOCK,
+        dq, dk, dv = attention_bwd.backward(Operand(qv, qs), k_op, v_op, do, lse2, moff, delta, spec, causal,
+                                            safeguards, sm_scale, SEQ_BLOCK,
                                             doc=None if doc[0] is None else tuple(doc))
         return dq, dk, dv, None, None, None, None
 
@@ -155,8 +161,8 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     if doc_ids is not None:
         check_doc_ids(doc_ids, q)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
-                          v_transposed=True)
-    o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, _transposed(ops.v), spec, causal, safeguards,
+                          v_transposed=True, off_diagonal=doc_ids is None)
+    o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False,
                                           doc=None if doc_ids is None else doc_tables(doc_ids))
     return o, reference.lse_from_saved(lse2)

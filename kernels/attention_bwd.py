@@ -40,7 +40,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .attention_quant import mma, p_fp8, quant_rows, to_bf16
+    from .attention_quant import mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
     def _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -56,9 +56,12 @@ if HAS_TRITON:
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
                  qk_scale, P_GLOB, kdoc, DOC, doc_off, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
-                 PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, SAFE: tl.constexpr,
-                 HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
-        """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM])."""
+                 PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
+                 SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
+        k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
+        the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
+        was folded into P (the caller divides dV by s_v after these sub-tiles)."""
         offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
@@ -69,57 +72,58 @@ if HAS_TRITON:
             if DIAG:
                 keep = keep & (offs_n[:, None] <= offs_m[None, :])
             st = tl.where(keep, st, float("-inf"))
-            if SAFE:
-                r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
-                r = tl.where(r > 0.0, r, 1.0)
-            else:
-                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
         elif DIAG:
             keep = offs_n[:, None] <= offs_m[None, :]
             st = tl.where(keep, st, float("-inf"))
-            if SAFE:
-                r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
-            else:
-                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
+        if HAS_DOC:
+            m_use = tl.where(m == float("-inf"), 0.0, m)
         else:
-            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
-        pt = tl.exp2(st - m[None, :])  # (BN, BM)
-        xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
+            m_use = m
+        pt = tl.exp2(st - (m_use - 8.0)[None, :])  # (BN, BM), ×256 as in the forward
+        if FOLD:
+            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
+            if SAFE:
+                if DIAG or HAS_DOC:  # the keys row i sees
+                    r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
+                    r = tl.where(r > 0.0, r, 1.0)
+            xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
+        else:
+            r = tl.full([BM], 1.0, tl.float32)
+            xt = pt
         if PV_FMT == 1:  # the forward's P bytes, transposed (exact in bf16)
-            pq_t = p_fp8(xt, INTERP).to(tl.bfloat16)
+            pq_t = p_fp8_scaled(xt, INTERP).to(tl.bfloat16)
             prs = tl.full([BM], 1.0 / 256.0, tl.float32)
         else:  # quantized along keys, as the forward did
-            pq, prs = quant_rows(tl.trans(xt), P_GLOB, PV_FMT, True, BM, BN, TINY, INTERP)
+            pq, prs = quant_rows(tl.trans(xt) * (1.0 / 256.0), P_GLOB, PV_FMT, True, BM, BN, TINY, INTERP)
             pq_t = tl.trans(pq).to(tl.bfloat16)
         w = r * prs * sdo * linv  # dO's row factor: r·prs/l (P's dequantization) and s_dO (folded)
         dob = to_bf16(do.to(tl.float32) * w[:, None], INTERP)
         dv += mma(pq_t, dob, INTERP)
         dpt = mma(v, tl.trans(do.to(tl.bfloat16)), INTERP) * (vs[:, None] * sdo[None, :])
-        dst = (pt * linv[None, :]) * (dpt - delta[None, :])
+        dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
         yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BN, BM, TINY, INTERP)
         dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
         return dk, dv
 
     @triton.jit
-    def _dkdv_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK, DV, qk_scale,
-                     sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
-                     PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, SAFE: tl.constexpr,
-                     TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False):
+    def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
+                     DV, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
+                     BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
+                     SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
+                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
         offs_d = tl.arange(0, D)
         rows = bhk * S * D + offs_n[:, None] * D + offs_d[None, :]
+        rows_t = bhk * S * D + offs_d[:, None] * S + offs_n[None, :]
         k = tl.load(K + rows)
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
-        v = tl.trans(tl.load(VT + bhk * S * D + offs_d[:, None] * S + offs_n[None, :])).to(tl.bfloat16)
+        v = tl.trans(tl.load(VT + rows_t)).to(tl.bfloat16)
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
-        if CAUSAL:
-            lo = (pid_n + 1) * BN
-        else:
-            lo = 0
+        lo = 0
         hi = S
         doc_off = (bhk // HKV) * S
         if HAS_DOC:  # query sub-tiles wholly outside this tile's documents are masked for every key: skip
@@ -129,51 +133,89 @@ if HAS_TRITON:
                 lo = tl.load(DSTART + doc_off + pid_n * BN) // BM * BM
         else:
             kdoc = offs_n
-        for g in range(G):  # the query heads sharing this K/V head
+        for g in range(G):  # the diagonal, for every query head sharing this K/V head: per-token K, V
             bh = bhk * G + g
-            if CAUSAL:  # the diagonal: query sub-tiles inside this key tile, masked
-                for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
-                    dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                      offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT,
-                                      DS_FMT, True, SAFE, HAS_DOC, TINY, INTERP)
-            for start_m in range(lo, hi, BM):
-                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
+            for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
+                                  offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT, DS_FMT,
+                                  CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP)
+        if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
+            dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
+        # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
+        # loaded only now so the per-token tiles' registers are free again.
+        if K_OFF:
+            k_o = tl.load(KB + rows)
+            ks_o = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // BN) + pid_n)
+        else:
+            k_o = k
+            ks_o = ks
+        if V_OFF:
+            v_o = tl.trans(tl.load(VBT + rows_t)).to(tl.bfloat16)
+            vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BN) + pid_n)
+        else:
+            v_o = v
+            vs_o = vs
+        for g in range(G):  # off the diagonal: the token-block copies
+            bh = bhk * G + g
+            for start_m in range((pid_n + 1) * BN, hi, BM):
+                dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT,
-                                  DS_FMT, False, SAFE, HAS_DOC, TINY, INTERP)
-        dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
+                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP)
+            if not CAUSAL:
+                for start_m in range(lo, pid_n * BN, BM):
+                    dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
+                                      start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM,
+                                      PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP)
+        if not V_OFF:
+            dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
         tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
 
     @triton.jit
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
-                qdoc, DOC, doc_off, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
-                DIAG: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
-        """One BN-key sub-tile's contribution to the dQ of one BM-query tile."""
+                qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                DS_FMT: tl.constexpr, DIAG: tl.constexpr, CAUSAL: tl.constexpr, HAS_DOC: tl.constexpr,
+                K_OFF: tl.constexpr, V_OFF: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        """One BN-key sub-tile's contribution to the dQ of one BM-query tile; DIAG: inside the
+        query tile (per-token K, V), else the token-block copies where the spec has them."""
         cols = start_n + tl.arange(0, BN)
-        k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
-        ks = tl.load(KS + bhk * S + cols)
-        vs = tl.load(VS + bhk * S + cols)
-        vt = tl.load(VT + bhk * S * D + offs_d[:, None] * S + cols[None, :])  # (D, BN)
+        if K_OFF and not DIAG:
+            k = tl.load(KB + bhk * S * D + cols[:, None] * D + offs_d[None, :])
+            ks = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // BM) + start_n // BM)
+        else:
+            k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
+            ks = tl.load(KS + bhk * S + cols)
+        if V_OFF and not DIAG:
+            vt = tl.load(VBT + bhk * S * D + offs_d[:, None] * S + cols[None, :])  # (D, BN)
+            vs = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BM) + start_n // BM)
+        else:
+            vt = tl.load(VT + bhk * S * D + offs_d[:, None] * S + cols[None, :])
+            vs = tl.load(VS + bhk * S + cols)
         s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
         if HAS_DOC:
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
-            if DIAG:
+            if DIAG and CAUSAL:
                 keep = keep & (offs_m[:, None] >= cols[None, :])
             s = tl.where(keep, s, float("-inf"))
-        elif DIAG:
+        elif DIAG and CAUSAL:
             s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = tl.exp2(s - m[:, None])
+        if HAS_DOC:
+            m_use = tl.where(m == float("-inf"), 0.0, m)
+        else:
+            m_use = m
+        p = tl.exp2(s - (m_use - 8.0)[:, None])
         dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
-        ds = (p * linv[:, None]) * (dp - delta[:, None])
+        ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
         yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BM, BN, TINY, INTERP)
         dq += mma(yq.to(tl.bfloat16), k.to(tl.bfloat16), INTERP) * ys[:, None]
         return dq
 
     @triton.jit
-    def _dq_kernel(Q, QS, K, KS, VT, VS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ, qk_scale, sm_scale,
-                   P_GLOB, S, G, HKV, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, DS_FMT: tl.constexpr,
-                   CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False):
-        pid_m = tl.program_id(0)
+    def _dq_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ,
+                   qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                   DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                   HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False):
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
         offs_m = pid_m * BM + tl.arange(0, BM)
@@ -183,10 +225,7 @@ if HAS_TRITON:
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
         m, linv, delta, do, sdo = _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
         dq = tl.zeros([BM, D], tl.float32)
-        if CAUSAL:
-            hi = pid_m * BM
-        else:
-            hi = S
+        hi = S
         doc_off = (bhk // HKV) * S
         if HAS_DOC:  # key sub-tiles wholly outside this tile's documents are masked for every row: skip
             qdoc = tl.load(DOC + doc_off + offs_m)
@@ -196,13 +235,19 @@ if HAS_TRITON:
         else:
             qdoc = offs_m
             lo = 0
-        for start_n in range(lo, hi, BN):
+        for start_n in range(lo, pid_m * BM, BN):
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                         P_GLOB, qdoc, DOC, doc_off, D, BM, BN, DS_FMT, False, HAS_DOC, TINY, INTERP)
-        if CAUSAL:  # the diagonal: key sub-tiles inside this query tile, masked
-            for start_n in range(pid_m * BM, pid_m * BM + BM, BN):
-                dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d,
-                             S, P_GLOB, qdoc, DOC, doc_off, D, BM, BN, DS_FMT, True, HAS_DOC, TINY, INTERP)
+                         P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, False, CAUSAL, HAS_DOC,
+                         K_OFF, V_OFF, TINY, INTERP)
+        for start_n in range(pid_m * BM, pid_m * BM + BM, BN):  # the diagonal: masked when causal
+            dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
+                         P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, True, CAUSAL, HAS_DOC,
+                         K_OFF, V_OFF, TINY, INTERP)
+        if not CAUSAL:
+            for start_n in range(pid_m * BM + BM, hi, BN):
+                dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
+                             P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, False, CAUSAL,
+                             HAS_DOC, K_OFF, V_OFF, TINY, INTERP)
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
@@ -217,20 +262,20 @@ def launch_config(d: int, ds_fmt: str) -> dict:
     return {"num_warps": 8, "num_stages": 2, "sub": sub}
 
 
-def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
+def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
              block: int, config: dict | None = None, doc=None):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
 
-    q, k, do: Operands; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]); lse2, moff: the forward's row
-    statistics (reference.pack_stats); delta fp32 [B, Hq, S]. block: the forward tile (SEQ_BLOCK);
-    the sub-tiles along each product's contraction are DS_TILE (dS's scale group). config
-    (benchmark sweeps): num_warps / num_stages, "sub" (another sub-tile; only where dS's
-    format has no per-group scale, bf16 or mxfp8), "which" ("dkdv" or "dq" alone).
-    doc: None, or `document.doc_tables(doc_ids)` as the forward got it (document masking).
+    q, k, do: Operands; v: Operand with `vals_t` [B, Hkv, D, S]; k.off / v.off: the token-block
+    copies the forward read off the diagonal (`attention_operands.off_diagonal`), or None.
+    lse2, moff: the forward's row statistics (reference.pack_stats); delta fp32 [B, Hq, S].
+    block: the forward tile (SEQ_BLOCK); the sub-tiles along each product's contraction are
+    DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
+    (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "which"
+    ("dkdv" or "dq" alone). doc: None, or `document.doc_tables(doc_ids)` as the forward got it.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    vt_vals, v_scale = vt
     dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
@@ -239,9 +284,12 @@ def backward(q, k, vt, do, lse2, moff, delta, spec, causal: bool, safeguards: bo
     if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
-                  HAS_DOC=doc is not None, **config)
+                  HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None, **config)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
-    args = (q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, do.vals, do.scale, lse2, moff, delta, *doc_ptrs)
+    k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
+    v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
+    args = (q.vals, q.scale, k.vals, k.scale, *k_off, v.vals_t, v.scale, *v_off, do.vals, do.scale, lse2, moff,
+            delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     if which != "dq":

@@ -1,16 +1,26 @@
 """FLAMIA forward kernel (Triton): causal flash attention on quantized Q, K, V.
 
-One program = one BLOCK of query rows of one (batch, query head); it walks the
-key tiles left of the diagonal, then the diagonal tile with the causal mask.
-Per tile (log2 units; the math is written out in `reference`):
+One program = one BLOCK of query rows of one (batch, query head); the heaviest query
+blocks start first (causal work grows with the block index). It walks the key tiles left
+of the diagonal, then the diagonal tile with the causal mask. Per tile (log2 units;
+the math is written out in `reference`):
 
     S = dot(Q8, K8ᵀ) · (s_q·c ⊗ s_k)      FP8 (or bf16-exact emulated) operands, scales folded
     M = max(M, ceil(rowmax S))              integer max: every rescale is a power of two, so the
                                             P bytes match a recompute from the final M
-    p = exp2(S - M);  l = l·α + Σp
-    x = p · s_v[j] / r_i  (r_i = max s_v over the tile's keys <= i: V's per-token scale folded
-                           into P, the partner-folding rule, chosen after masking)
-    acc = acc·α + dot(P8, V8) · r_i / 256  (fresh product per tile: r_i differs per tile)
+    p = exp2(S - M + 8);  l = l·α + Σp      P's fixed ×256 fp8 scale rides in the exponent
+    acc = acc·α + dot(P8, V8) · s_v         P8 = E4M3(p), or p with V's scale folded in
+
+Two copies of the key-side operands (FLAMIA.md, token-block scaling). Off the diagonal,
+every key of a tile precedes every query of the block, so K and V may share one scale
+per tile (`K_OFF`, `V_OFF`: token-block fp8 bytes re-quantized from the per-token ones):
+the K scale is then one factor per row, fused with Q's into one FMA before exp2, and the
+V scale one factor per tile, carried in the accumulator's unit (`cv`) so the P·V products
+chain in one accumulator. On the diagonal tile the per-token copies are read: S's scales
+are an outer product, and V's per-token scale is folded into P (the partner-folding rule)
+as x = p · s_v[j] / r_i with r_i = max s_v over the keys <= i, the causally safe choice.
+Operands without a token-block copy (MXFP8 / NVFP4 emulated, bf16) take that per-token
+path on every tile, with r over the whole tile off the diagonal.
 
 Document masking (DOC): every tile ANDs "same document" into its mask (the causal one on the
 diagonal), r_i is the max over the keys row i sees, and a row that sees no key of a tile yet
@@ -18,9 +28,9 @@ diagonal), r_i is the max over the keys row i sees, and a row that sees no key o
 A program starts at the key tile holding its first row's document start: every earlier tile
 is masked for all its rows, so skipping it changes no bit.
 
-Vᵀ is read K-major ([D, S] in memory) as Hopper's FP8 wgmma needs. The
-epilogue writes O (bf16), the row statistics M and l for the backward, and
-optionally O's per-token fp8 bytes (the saved copy; see attention_operands).
+Vᵀ is read K-major ([D, S] in memory) as Hopper's FP8 wgmma needs. The epilogue writes O
+(bf16), the row statistics M and l for the backward, and optionally O's per-token fp8 bytes
+(the saved copy; see attention_operands).
 """
 from __future__ import annotations
 
@@ -34,111 +44,167 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .attention_quant import fp8_row_bytes, mma, p_fp8, quant_rows, to_bf16
+    from .attention_quant import fp8_row_bytes, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
-    def _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
-                  qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
-                  DIAG: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
-                  INTERP: tl.constexpr, ABLATE: tl.constexpr):
+    def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                   TINY: tl.constexpr, INTERP: tl.constexpr):
+        """acc·α + P·V for per-token V scales: x = p·s_v[j]/r_i (<= 256) quantized per `pv`."""
+        x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]
+        if PV_FMT == 1:  # E4M3(x): P's ×256 is already in p
+            pv = mma(p_fp8_scaled(x, INTERP), tl.trans(vt), INTERP)
+            return acc * alpha[:, None] + pv * r[:, None]
+        else:  # bf16, or MXFP8 / NVFP4 emulated: exact dequantized values in a bf16 product
+            xq, prs = quant_rows(x * (1.0 / 256.0), P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
+            pv = mma(xq.to(tl.bfloat16), tl.trans(vt).to(tl.bfloat16), INTERP)
+            return acc * alpha[:, None] + pv * (r * (prs * 256.0))[:, None]
+
+    @triton.jit
+    def _fwd_diag_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
+                       qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                       CAUSAL: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
+                       INTERP: tl.constexpr):
+        """The query block's own key tile, per-token K and V (and every tile of an operand pair
+        without token-block copies, with CAUSAL False there: no j <= i mask)."""
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
         vs = tl.load(VS + kvs_off + cols)
-        if ABLATE & 1:  # profiling only (wrong numbers): no per-key K scale
-            s = mma(q, tl.trans(k), INTERP) * qs[:, None]
-        else:
-            s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
+        s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
         if HAS_DOC:  # block-diagonal: same document (and j <= i on the diagonal)
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
-            if DIAG:
+            if CAUSAL:
                 keep = keep & (offs_m[:, None] >= cols[None, :])
-            s = tl.where(keep, s, float("-inf"))
-            if SAFE:  # V-scale max over the keys row i sees (1 where it sees none: P is 0 there)
-                r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
-                r = tl.where(r > 0.0, r, 1.0)
-            else:  # leaky: the whole tile, future keys and other documents included
-                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
-        elif DIAG:
+        elif CAUSAL:
             keep = offs_m[:, None] >= cols[None, :]
-            s = tl.where(keep, s, float("-inf"))
-            if SAFE:  # V-scale max over keys <= i only: the causally safe choice
-                r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
-            else:  # leaky: the whole tile, future keys included
-                r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
-        else:
+        else:  # non-causal: nothing masked (one tile per program: the where() is cheap)
+            keep = (offs_m[:, None] >= 0) & (cols[None, :] >= 0)
+        s = tl.where(keep, s, float("-inf"))
+        if SAFE:  # V-scale max over the keys row i sees (1 where it sees none: P is 0 there)
+            r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
+            r = tl.where(r > 0.0, r, 1.0)
+        else:  # leaky: the whole tile, future keys included
             r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
-        if ABLATE & 4:  # profiling only: no integer snap of the row max
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-        else:
-            m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
+        m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
         if HAS_DOC:  # a row that has seen no key yet stays at -inf; exp2 against 0 gives exact zeros
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
             m_use = m_new
         alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
+        p = tl.exp2(s - (m_use - 8.0)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if ABLATE & 2:  # profiling only (wrong numbers): V's scale not folded into P
-            x = p
-        else:
-            x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]  # in [0, 1]
         vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])  # (D, BN): Vᵀ, K-major
-        if PV_FMT == 1:  # the fast path: P8 = x·256 in E4M3, an FP8 x FP8 product
-            if ABLATE & 8:  # profiling only: one accumulation chain, no per-tile factor
-                p8 = p_fp8(x, INTERP)
-                acc = tl.dot(p8, tl.trans(vt).to(p8.dtype), acc * alpha[:, None])
-            else:
-                pv = mma(p_fp8(x, INTERP), tl.trans(vt), INTERP)
-                acc = acc * alpha[:, None] + pv * (r * (1.0 / 256.0))[:, None]
-        else:  # bf16, or MXFP8 / NVFP4 emulated: exact dequantized values in a bf16 product
-            xq, prs = quant_rows(x, P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
-            pv = mma(xq.to(tl.bfloat16), tl.trans(vt).to(tl.bfloat16), INTERP)
-            acc = acc * alpha[:, None] + pv * (r * prs)[:, None]
+        acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK, PV_FMT, TINY, INTERP)
         return acc, m_new, l_i
 
     @triton.jit
-    def _fwd_kernel(Q, QS, K, KS, VT, VS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, qk_scale, P_GLOB, S, G,
-                    HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, CAUSAL: tl.constexpr,
-                    SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                    HAS_DOC: tl.constexpr = False, ABLATE: tl.constexpr = 0):
-        pid_m = tl.program_id(0)
+    def _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off, kvs_off, kvb_off,
+                      start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr,
+                      PV_FMT: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, K_OFF: tl.constexpr,
+                      V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+        """A key tile wholly left of (or, non-causal, right of) the diagonal. acc is in units of
+        cv (V's tile scale of the last chained product; 1 without V_OFF)."""
+        cols = start + tl.arange(0, BLOCK)
+        if K_OFF:  # one K scale for the tile: S = dot · c_i, fused into exp2's FMA
+            k = tl.load(KB + kv_off + cols[:, None] * D + offs_d[None, :])
+            c = qs * tl.load(KBS + kvb_off + start // BLOCK)
+            s = mma(q, tl.trans(k), INTERP)
+        else:
+            k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])
+            ks = tl.load(KS + kvs_off + cols)
+            c = tl.full([BLOCK], 1.0, tl.float32)
+            s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
+        if HAS_DOC:
+            keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
+            s = tl.where(keep, s, float("-inf"))
+        if K_OFF:
+            m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1) * c))  # c > 0: max commutes with it
+        else:
+            m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
+        if HAS_DOC:
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        alpha = tl.exp2(m_i - m_use)
+        if K_OFF:
+            p = tl.exp2(s * c[:, None] - (m_use - 8.0)[:, None])
+        else:
+            p = tl.exp2(s - (m_use - 8.0)[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if V_OFF:  # one V scale for the tile: P8 = E4M3(p), the product chains in units of vsb
+            vt = tl.load(VBT + kv_off + offs_d[:, None] * S + cols[None, :])
+            vsb = tl.load(VBS + kvb_off + start // BLOCK)
+            p8 = p_fp8_scaled(p, INTERP)
+            carry = acc * (alpha * (cv / vsb))[:, None]
+            if CHAIN and not INTERP:
+                acc = tl.dot(p8, tl.trans(vt), carry)
+            else:  # a fresh product per tile (and the interpreter's exact fp32 product)
+                acc = carry + mma(p8, tl.trans(vt), INTERP)
+            cv = vsb
+        else:
+            vs = tl.load(VS + kvs_off + cols)
+            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)  # every key precedes every row
+            if HAS_DOC:
+                if SAFE:  # r over the keys the row sees
+                    r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
+                    r = tl.where(r > 0.0, r, 1.0)
+            vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])
+            acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK, PV_FMT, TINY, INTERP)
+        return acc, m_new, l_i, cv
+
+    @triton.jit
+    def _fwd_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, qk_scale,
+                    P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                    CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
+                    INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
+                    V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = True):
+        n_m = tl.num_programs(0)
+        pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
         offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
         offs_d = tl.arange(0, D)
         q_off = bh * S * D
         kv_off = bhk * S * D
+        kvb_off = bhk * (S // BLOCK)
         rows = q_off + offs_m[:, None] * D + offs_d[None, :]
         q = tl.load(Q + rows)
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
         m_i = tl.full([BLOCK], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK], tl.float32)
         acc = tl.zeros([BLOCK, D], tl.float32)
+        cv = tl.full([], 1.0, tl.float32)
         doc_off = (bhk // HKV) * S  # the batch row's doc ids
-        if CAUSAL:
-            hi = pid_m * BLOCK
-        else:
-            hi = S
+        diag = pid_m * BLOCK
+        hi = S
         if HAS_DOC:  # key tiles wholly before the first row's document are masked for every row: skip
             qdoc = tl.load(DOC + doc_off + offs_m)
-            lo = tl.load(DSTART + doc_off + pid_m * BLOCK) // BLOCK * BLOCK
+            lo = tl.load(DSTART + doc_off + diag) // BLOCK * BLOCK
             if not CAUSAL:  # and those wholly after the last row's document
-                hi = (tl.load(DEND + doc_off + pid_m * BLOCK + BLOCK - 1) + BLOCK - 1) // BLOCK * BLOCK
+                hi = (tl.load(DEND + doc_off + diag + BLOCK - 1) + BLOCK - 1) // BLOCK * BLOCK
         else:
             qdoc = offs_m
             lo = 0
-        for start in range(lo, hi, BLOCK):
-            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, start, offs_m,
-                                      offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, False, SAFE,
-                                      HAS_DOC, TINY, INTERP, ABLATE)
-        if CAUSAL:
-            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, pid_m * BLOCK,
-                                      offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, True,
-                                      SAFE, HAS_DOC, TINY, INTERP, ABLATE)
+        for start in range(lo, diag, BLOCK):
+            acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off,
+                                              bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC,
+                                              doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF, CHAIN, TINY,
+                                              INTERP)
+        acc = acc * cv  # back to true units for the per-token diagonal product
+        cv = cv * 0.0 + 1.0
+        acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, diag, offs_m,
+                                       offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, CAUSAL, SAFE,
+                                       HAS_DOC, TINY, INTERP)
+        if not CAUSAL:
+            for start in range(diag + BLOCK, hi, BLOCK):
+                acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS,
+                                                  kv_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc,
+                                                  DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
+                                                  CHAIN, TINY, INTERP)
+            acc = acc * cv
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
-        lse2 = m_i + tl.log2(l_i)  # saved as lse2 and int8 floor(lse2) - M (reference.pack_stats)
+        lse2 = (m_i - 8.0) + tl.log2(l_i)  # l carries P's ×256; saved as lse2 and int8 floor(lse2) - M
         tl.store(LSE2 + bh * S + offs_m, lse2)
         tl.store(MOFF + bh * S + offs_m, (tl.floor(lse2) - m_i).to(tl.int8))
         if SAVE_O8:  # the backward's copy of O, fused: formats.quantize_fp8_per_token of the bf16 O
@@ -155,33 +221,34 @@ def launch_config(d: int, emulated: bool) -> dict:
     return {"num_warps": 8, "num_stages": 2 if emulated else 3}
 
 
-def forward(q, k, vt, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
+def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
             config: dict | None = None, doc=None):
     """Run the forward kernel.
 
-    q, k: Operands [B, Hq|Hkv, S, D]; vt: (values [B, Hkv, D, S], scale [B, Hkv, S]).
+    q, k: Operands [B, Hq|Hkv, S, D]; v: Operand with `vals_t` [B, Hkv, D, S] (Vᵀ, K-major).
+    k.off / v.off (`attention_operands.OffDiagonal`, v's transposed): the token-block copies read
+    off the diagonal, or None (the per-token operand on every tile).
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
-    config: num_warps / num_stages override, and ABLATE (bits 1: no K scale, 2: no V fold, 4: no
-    integer max, 8: chained P·V accumulation; wrong numbers, for the benchmark's time profile only).
+    config: num_warps / num_stages override, and CHAIN (False: a fresh P·V product per tile).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
     b, hq, seq, d = q.vals.shape
     group = hq // k.vals.shape[1]
-    vt_vals, v_scale = vt
     o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     lse2 = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
     moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
-    pv = fmt_code(spec.pv)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
+    k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
+    v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
     _fwd_kernel[(seq // block, b * hq)](
-        q.vals, q.scale, k.vals, k.scale, vt_vals, v_scale, o, o8, o_scale, lse2, moff, *doc_ptrs,
-        sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
-        D=d, BLOCK=block, PV_FMT=pv, CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
-        INTERP=INTERPRET, HAS_DOC=doc is not None,
-        **(config or launch_config(d, spec.emulated)),
+        q.vals, q.scale, k.vals, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
+        *doc_ptrs, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
+        D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
+        TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
+        V_OFF=v.off is not None, **(config or launch_config(d, spec.emulated)),
     )
     if not save_o8:
         return o, lse2, moff, None, None

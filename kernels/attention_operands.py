@@ -30,12 +30,39 @@ from . import formats as F
 
 
 @dataclass
+class OffDiagonal:
+    """Token-block fp8 copy of a key-side operand, read only off the causal diagonal.
+
+    ``vals`` fp8 [..., S, D] (or [..., D, S] when ``transposed``), ``scale`` fp32
+    [..., S // block]: one scale per kernel tile, so the kernels fold it as a scalar.
+    """
+
+    vals: torch.Tensor
+    scale: torch.Tensor
+    block: int
+    transposed: bool = False
+
+    def per_token_scale(self) -> torch.Tensor:
+        """[..., S]: each tile's scale repeated over its tokens."""
+        return self.scale.repeat_interleave(self.block, dim=-1)
+
+    def rows(self) -> torch.Tensor:
+        """The bytes as [..., S, D]."""
+        return self.vals.transpose(-1, -2) if self.transposed else self.vals
+
+    def dequant(self) -> torch.Tensor:
+        """fp32 [..., S, D] = bytes * their tile's scale."""
+        return self.rows().float() * self.per_token_scale()[..., None]
+
+
+@dataclass
 class Operand:
     """One quantized operand: ``vals`` [..., S, D] (fp8 or bf16) and ``scale`` [..., S] fp32."""
 
     vals: torch.Tensor
     scale: torch.Tensor
     vals_t: torch.Tensor | None = None  # the same values [..., D, S] when a kernel reads them K-major
+    off: OffDiagonal | None = None  # key side, fp8: the token-block copy for off-diagonal tiles
 
     def dequant(self) -> torch.Tensor:
         """fp32 [..., S, D] = vals * scale."""
@@ -106,6 +133,26 @@ def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None,
     raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(F._FORMATS)}")
 
 
+def off_diagonal(op: Operand, block: int, impl, leaky: bool, transposed: bool = False) -> OffDiagonal:
+    """The token-block copy of a per-token fp8 key-side operand (K in QKᵀ, V in P·V).
+
+    Re-quantized from the per-token bytes (`formats.requantize_fp8_token_blocks`), so the
+    backward derives the same bytes from what the forward saved. ``leaky`` (safeguards off):
+    the operand already has token-block scales, and the copy is the operand itself.
+    ``transposed``: built from and laid out as ``vals_t`` [..., D, S].
+    """
+    src = op.vals_t if transposed else op.vals
+    seq = op.scale.shape[-1]
+    if leaky:
+        return OffDiagonal(src, op.scale[..., ::block].contiguous(), block, transposed)
+    if impl is F:
+        rows, scale = F.requantize_fp8_token_blocks(op.vals, op.scale[..., None], block)
+        vals = rows.transpose(-1, -2).contiguous() if transposed else rows
+    else:
+        vals, scale = impl.requantize_fp8_token_blocks(src, op.scale, block, transposed=transposed)
+    return OffDiagonal(vals, scale.reshape(*op.scale.shape[:-1], seq // block), block, transposed)
+
+
 @dataclass
 class ForwardOperands:
     """Q, K, V as the forward quantized them: the bytes the backward must reuse."""
@@ -115,15 +162,30 @@ class ForwardOperands:
     v: Operand
 
 
-def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False):
-    """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout).
-    Safeguards off: token-block scales (leaky)."""
+def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, block: int,
+                        v_transposed: bool) -> None:
+    """Give the fp8 key-side operands their token-block copies (`off_diagonal`), in place."""
+    if spec.qk == "fp8":
+        k.off = off_diagonal(k, block, impl, not safeguards)
+    if spec.pv == "fp8":
+        v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
+
+
+def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
+                    off_diagonal: bool = True):
+    """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
+    fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
+    (document masking: a tile's shared scale would carry one document's values into another's
+    attention). Safeguards off: token-block scales everywhere (leaky)."""
     leak = None if safeguards else block
-    return ForwardOperands(
+    ops = ForwardOperands(
         quantize_operand(q, spec.qk, impl, leak),
         quantize_operand(k, spec.qk, impl, leak),
         quantize_operand(v, spec.pv, impl, leak, transposed=v_transposed),
     )
+    if off_diagonal:
+        attach_off_diagonal(ops.k, ops.v, spec, safeguards, impl, block, v_transposed)
+    return ops
 
 
 def quantize_output(o: torch.Tensor, do_fmt: str, impl) -> Operand:

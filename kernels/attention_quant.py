@@ -93,6 +93,14 @@ if HAS_TRITON:
             return (x * 256.0).to(tl.float8e4nv)
 
     @triton.jit
+    def p_fp8_scaled(x, INTERP: tl.constexpr):
+        """E4M3 of x that already carries P's ×256 (x in [0, 256]): native RNE cast on the GPU."""
+        if INTERP:
+            return _e4m3_round(x)
+        else:
+            return x.to(tl.float8e4nv)
+
+    @triton.jit
     def _mx_round(x, R: tl.constexpr, C: tl.constexpr):
         """MXFP8 along axis 1 (32 elements, E8M0 exponent rounded up), dequantized: [R, C] fp32."""
         xb = tl.reshape(x, [R, C // 32, 32])

@@ -136,6 +136,21 @@ def dequantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor) -> torch.
     return dequantize_fp8(_token_block_view(x8, block), scale).reshape(x8.shape)
 
 
+def requantize_fp8_token_blocks(
+    x8: torch.Tensor, scale: torch.Tensor, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The off-diagonal copy of per-token fp8 key-side bytes: token-block fp8 of their fp32 values.
+
+    x8 [..., S, D] float8_e4m3fn with per-token `scale` [..., S, 1] -> (bytes [..., S, D],
+    scale [..., S // block, 1, 1]) = ``quantize_fp8_token_blocks(x8 * scale, block)``. Built from
+    the saved per-token bytes rather than from the bf16 input, so the backward re-derives the very
+    bytes the forward used from what the forward saved (FLAMIA.md: never quantize for the backward
+    by a different rule). A second rounding (~1.4x the per-token error of K or V); it leaks inside
+    a block, so the kernels read it only off the causal diagonal.
+    """
+    return quantize_fp8_token_blocks(dequantize_fp8(x8, scale), block)
+
+
 # ---------------------------------------------------------------- mxfp8 (E4M3 + E8M0)
 
 

@@ -120,6 +120,31 @@ if HAS_TRITON:
             tl.store(X8T + offs_t, tl.trans(byte), mask=tl.trans(mask))
 
     @triton.jit
+    def _fp8_requant_blocks_kernel(
+        X8, Scale, Y8, BScale, S, D,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
+    ):
+        """One program: one token block of one slice; per-token fp8 bytes -> token-block fp8 bytes.
+        TRANSPOSED: bytes in and out are [D, S] (the K-major copy) instead of [S, D]."""
+        bh = tl.program_id(0).to(tl.int64)
+        pid_s = tl.program_id(1)
+        offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = offs_d[None, :] < D
+        if TRANSPOSED:
+            offs = bh * S * D + offs_d[None, :] * S + offs_s[:, None]
+        else:
+            offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]
+        byte = tl.load(X8 + offs, mask=mask, other=0).to(tl.int32)
+        mag = _e4m3_to_f32(byte & 0x7F)
+        x = tl.where((byte & 0x80) != 0, -mag, mag) * tl.load(Scale + bh * S + offs_s)[:, None]
+        amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
+        tl.store(BScale + bh * (S // BLOCK_S) + pid_s, scale)
+        out = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D)))).to(tl.uint8)
+        tl.store(Y8 + offs, out, mask=mask)
+
+    @triton.jit
     def _mxfp8_kernel(
         X, X8, Codes, R, NB,
         BLOCK_R: tl.constexpr, NB_P2: tl.constexpr, BLK: tl.constexpr,
@@ -340,3 +365,31 @@ def quantize_nvfp4_per_token(
     if not _nvfp4_checks(x, block):
         return F.quantize_nvfp4_per_token(x, block, stochastic, generator)
     return _nvfp4(x, block, None, None, stochastic, generator)
+
+
+def requantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor, block: int, transposed: bool = False):
+    """Token-block fp8 of per-token fp8 values, as `formats.requantize_fp8_token_blocks`.
+
+    x8 [..., S, D] (or [..., D, S] with `transposed`: the K-major copy, and the result is laid
+    out the same way) float8_e4m3fn; scale [..., S] or [..., S, 1] fp32, one per token.
+    Returns (bytes like x8, block scale [..., S // block, 1, 1] fp32).
+    """
+    seq = x8.shape[-1] if transposed else x8.shape[-2]
+    tok_scale = scale.reshape(*x8.shape[:-2], seq).float().contiguous()
+    if not (can_run_triton(x8) and _is_pow2(block)) or seq % block:
+        rows = x8.transpose(-1, -2) if transposed else x8
+        y8, bscale = F.requantize_fp8_token_blocks(rows, tok_scale[..., None], block)
+        return (y8.transpose(-1, -2).contiguous() if transposed else y8), bscale
+    x8 = x8.contiguous()
+    dim = x8.shape[-2] if transposed else x8.shape[-1]
+    bh = x8.numel() // max(1, seq * dim)
+    y8 = torch.empty_like(x8)
+    bscale = torch.empty((*x8.shape[:-2], seq // block, 1, 1), dtype=torch.float32, device=x8.device)
+    if x8.numel():
+        block_d = triton.next_power_of_2(dim)
+        _fp8_requant_blocks_kernel[(bh, seq // block)](
+            x8.view(torch.uint8), tok_scale, y8.view(torch.uint8), bscale, seq, dim,
+            TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
+            num_warps=_num_warps(block * block_d),
+        )
+    return y8, bscale

@@ -30,7 +30,14 @@ import torch
 import torch.nn.functional as TF
 
 from . import formats as F
-from .attention_operands import ForwardOperands, Operand, backward_delta, prepare_forward, quantize_operand
+from .attention_operands import (
+    ForwardOperands,
+    Operand,
+    attach_off_diagonal,
+    backward_delta,
+    prepare_forward,
+    quantize_operand,
+)
 from .attention_operands import quantize_output as _quantize_output
 from .document import document_causal_mask
 from .spec import SEQ_BLOCK, AttentionSpec
@@ -97,34 +104,71 @@ def _row_vmax(v_scale: torch.Tensor, seq_q: int, keep: torch.Tensor | None, safe
     return r.repeat_interleave(tile, dim=-1)
 
 
+def same_tile(seq: int, tile: int, device) -> torch.Tensor:
+    """bool [S, S]: query i and key j lie in the same kernel tile (the diagonal tiles)."""
+    t = torch.arange(seq, device=device) // tile
+    return t[:, None] == t[None, :]
+
+
+def _scores(q: Operand, k_vals: torch.Tensor, k_scale: torch.Tensor, qs: torch.Tensor) -> torch.Tensor:
+    """(q8 · k8ᵀ) · (s_q·c ⊗ s_k), fp32 [..., Sq, Sk]."""
+    s = q.vals.float() @ k_vals.float().transpose(-1, -2)
+    return s * (qs[..., :, None] * k_scale[..., None, :])
+
+
 class _Probs:
-    """The forward's probabilities, recomputed identically in the backward."""
+    """The forward's probabilities, recomputed identically in the backward.
+
+    Operands with an off-diagonal copy (`attention_operands.OffDiagonal`) use it for every
+    pair (i, j) in different tiles and the per-token operand on the diagonal tiles; p carries
+    P's fixed ×256 (p = exp2(s - M + 8)), and off the diagonal an off-copy V has no fold (r is
+    its tile scale, x = p).
+    """
 
     def __init__(self, ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool,
                  sm_scale: float, m: torch.Tensor | None = None, tile: int = SEQ_BLOCK, doc_ids=None):
         group = ops.q.vals.shape[1] // ops.k.vals.shape[1]
         self.kv = lambda t: t.repeat_interleave(group, dim=1)  # (B, Hkv, ...) -> (B, Hq, ...)
         seq = ops.q.vals.shape[-2]
+        self.diag = same_tile(seq, tile, ops.q.vals.device)
         qs = ops.q.scale * (sm_scale * LOG2E)
-        s = ops.q.vals.float() @ self.kv(ops.k.vals).float().transpose(-1, -2)  # (B, H, Sq, Sk)
-        s = s * (qs[..., :, None] * self.kv(ops.k.scale)[..., None, :])
+        s = _scores(ops.q, self.kv(ops.k.vals), self.kv(ops.k.scale), qs)  # (B, H, Sq, Sk)
+        if ops.k.off is not None:
+            s_off = _scores(ops.q, self.kv(ops.k.off.rows()), self.kv(ops.k.off.per_token_scale()), qs)
+            s = torch.where(self.diag, s, s_off)
         self.keep = attention_keep(seq, causal, doc_ids, s.device)
         if self.keep is not None:
             s = s.masked_fill(~self.keep, float("-inf"))
         self.m = s.amax(-1).ceil() if m is None else m
-        self.p = torch.exp2(s - self.m[..., None])
+        m_use = torch.where(self.m == float("-inf"), 0.0, self.m)  # rows that see nothing: p = 0
+        self.p = torch.exp2(s - (m_use - 8.0)[..., None])  # ×256
         self.vs = self.kv(ops.v.scale)
         self.r = _row_vmax(self.vs, seq, self.keep, safe, tile)
         x = self.p * self.vs[..., None, :] * (1.0 / self.r)
-        self.xq, self.prs = quant_rows(x, spec.pv, fixed=True, tile=tile)
+        # fold[i, j] = r / s_v[j]: what turns V's per-token-folded P back into a probability
+        self.fold = self.r / self.vs[..., None, :]
+        if ops.v.off is not None:
+            vsb = self.kv(ops.v.off.per_token_scale())[..., None, :]
+            self.r = torch.where(self.diag, self.r, vsb)
+            x = torch.where(self.diag, x, self.p)
+            self.fold = torch.where(self.diag, self.fold, 1.0)
+        xq, prs = quant_rows(x * (1.0 / 256.0), spec.pv, fixed=True, tile=tile)
+        self.xq, self.prs = xq, prs * 256.0
+
+    def split(self, a: torch.Tensor, vals: torch.Tensor, off_vals: torch.Tensor | None) -> torch.Tensor:
+        """a [..., Sq, Sk] @ the key-side values, per-token bytes on the diagonal, off copy elsewhere."""
+        if off_vals is None:
+            return a @ vals.float()
+        return (a * self.diag) @ vals.float() + (a * ~self.diag) @ off_vals.float()
 
 
 def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: bool, sm_scale: float,
                  doc_ids: torch.Tensor | None = None):
     """(O fp32 [B, Hq, S, D], M, l [B, Hq, S]) from quantized operands; doc_ids [B, S] or None."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, doc_ids=doc_ids)
-    l = pr.p.sum(-1)
-    o = ((pr.xq * (pr.r * pr.prs)) @ pr.kv(ops.v.vals).float()) / l[..., None]
+    l = pr.p.sum(-1) * (1.0 / 256.0)
+    v_off = None if ops.v.off is None else pr.kv(ops.v.off.rows())
+    o = pr.split(pr.xq * (pr.r * pr.prs), pr.kv(ops.v.vals), v_off) * (1.0 / 256.0) / l[..., None]
     return o, pr.m, l
 
 
@@ -149,23 +193,31 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
                   doc_ids: torch.Tensor | None = None):
     """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
-    b, hq, seq, _ = ops.q.vals.shape
-    hkv = ops.k.vals.shape[1]
-    # dV: dO rows carry the per-row, per-tile factor r·prs/l, rounded to bf16 as the kernel does.
-    w = (pr.r[..., ::tile] * pr.prs) * do.scale[..., None] * linv[..., None]  # (B, H, Sq, T)
-    dob = (do.vals.float()[..., :, None, :] * w[..., None]).to(torch.bfloat16).float()  # (B, H, Sq, T, D)
-    xq = pr.xq.unflatten(-1, (seq // tile, tile))  # (B, H, Sq, T, tile)
-    dv = torch.einsum("bhitk,bhitd->bhtkd", xq, dob).flatten(2, 3)  # (B, H, Sk, D)
-    dv = dv.unflatten(1, (hkv, hq // hkv)).sum(2) * (1.0 / ops.v.scale)[..., None]
-    # dS = P ∘ (dP - delta), P the unquantized softmax.
-    dp = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
-    dp = dp * (do.scale[..., :, None] * pr.vs[..., None, :])
-    ds = (pr.p * linv[..., None]) * (dp - delta[..., None])
-    yq, ys = quant_rows(ds * pr.kv(ops.k.scale)[..., None, :], spec.ds, fixed=False, tile=ds_tile)
-    dq = ((yq * ys) @ pr.kv(ops.k.vals).float()) * sm_scale
+    hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
+    sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)
+    # dV: the dequantized P the forward multiplied V by, P_ij = deq(x)_ij · fold_ij / (256 l_i).
+    pdeq = pr.xq * pr.prs * pr.fold * (linv[..., None] * (1.0 / 256.0))
+    dv = sum_groups(pdeq.transpose(-1, -2) @ do.dequant())
+    # dS = P ∘ (dP - delta), P the unquantized softmax; dP against the V bytes each pair used.
+    vs_pair = pr.vs[..., None, :] if ops.v.off is None else torch.where(
+        pr.diag, pr.vs[..., None, :], pr.kv(ops.v.off.per_token_scale())[..., None, :])
+    v_off = None if ops.v.off is None else pr.kv(ops.v.off.rows())
+    dp_tok = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
+    if v_off is not None:
+        dp_tok = torch.where(pr.diag, dp_tok, do.vals.float() @ v_off.float().transpose(-1, -2))
+    dp = dp_tok * (do.scale[..., :, None] * vs_pair)
+    ds = (pr.p * (linv[..., None] * (1.0 / 256.0))) * (dp - delta[..., None])
+    # dQ = Σ_j dS_ij k_j: each pair's K scale folded into dS before dS is quantized along keys.
+    ks_pair = pr.kv(ops.k.scale)[..., None, :]
+    k_off = None
+    if ops.k.off is not None:
+        k_off = pr.kv(ops.k.off.rows())
+        ks_pair = torch.where(pr.diag, ks_pair, pr.kv(ops.k.off.per_token_scale())[..., None, :])
+    yq, ys = quant_rows(ds * ks_pair, spec.ds, fixed=False, tile=ds_tile)
+    dq = pr.split(yq * ys, pr.kv(ops.k.vals), k_off) * sm_scale
     yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False,
                         tile=ds_tile)
-    dk = ((yq * ys) @ ops.q.vals.float()).unflatten(1, (hkv, hq // hkv)).sum(2) * sm_scale
+    dk = sum_groups((yq * ys) @ ops.q.vals.float()) * sm_scale
     return dq, dk, dv
 
 
@@ -178,7 +230,7 @@ class _RefAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec, causal, safeguards, doc_ids):
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
-        ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
+        ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK, off_diagonal=doc_ids is None)
         o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale, doc_ids)
         o = o.to(q.dtype)
         o_saved = _quantize_output(o, spec.do, F)
@@ -192,6 +244,8 @@ class _RefAttention(torch.autograd.Function):
         qv, qs, kv, ks, vv, vs, ov, os_, doc_ids, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale, dtype = ctx.cfg
         ops = ForwardOperands(Operand(qv, qs), Operand(kv, ks), Operand(vv, vs))
+        if doc_ids is None:
+            attach_off_diagonal(ops.k, ops.v, spec, safeguards, F, SEQ_BLOCK, v_transposed=False)
         do = quantize_operand(grad_o, spec.do, F)
         delta = backward_delta(do, Operand(ov, os_))
         m, linv = unpack_stats(lse2, moff)
@@ -228,7 +282,7 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     """(O bf16, LSE fp32 [B, Hq, S]) of the quantized forward, for the causal-safety tests."""
     spec = AttentionSpec.parse(spec)
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
-    ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK)
+    ops = prepare_forward(q, k, v, spec, safeguards, F, SEQ_BLOCK, off_diagonal=doc_ids is None)
     o, m, l = forward_math(ops, spec, causal, safeguards, sm_scale, doc_ids)
     return o.to(q.dtype), lse_from_saved(pack_stats(m, l)[0])
 
@@ -242,15 +296,25 @@ def straight_through_attention(q, k, v, spec="fp8", causal: bool = True, safegua
     """
     spec = AttentionSpec.parse(spec)
     sm_scale = 1.0 / math.sqrt(q.shape[-1])
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, F, SEQ_BLOCK)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, F, SEQ_BLOCK,
+                          off_diagonal=doc_ids is None)
     with torch.no_grad():
         pr = _Probs(ops, spec, causal, safeguards, sm_scale, doc_ids=doc_ids)
-        e_q = pr.xq * pr.prs * pr.r / pr.vs[..., None, :]  # the quantized numerator the forward used
-    st = lambda x, op: x.float() + (op.dequant() - x.float()).detach()  # noqa: E731
-    qt, kt, vt = st(q, ops.q), pr.kv(st(k, ops.k)), pr.kv(st(v, ops.v))
+        e_q = pr.xq * pr.prs * pr.fold * (1.0 / 256.0)  # the quantized numerator the forward used
+
+    def st(x, deq):  # straight-through: forward value deq, gradient of x
+        return x.float() + (deq - x.float()).detach()
+
+    qt = st(q, ops.q.dequant())
+    k_off = None if ops.k.off is None else pr.kv(st(k, ops.k.off.dequant()))  # off the diagonal
+    v_off = None if ops.v.off is None else pr.kv(st(v, ops.v.off.dequant()))
+    kt, vt = pr.kv(st(k, ops.k.dequant())), pr.kv(st(v, ops.v.dequant()))
     s = (qt @ kt.transpose(-1, -2)) * sm_scale
+    if k_off is not None:
+        s = torch.where(pr.diag, s, (qt @ k_off.transpose(-1, -2)) * sm_scale)
     if pr.keep is not None:
         s = s.masked_fill(~pr.keep, float("-inf"))
     e = torch.exp(s - pr.m[..., None] / LOG2E)
     e_st = e + (e_q - e).detach()
-    return (e_st @ vt) / e.sum(-1, keepdim=True)
+    o = (e_st * pr.diag) @ vt + (e_st * ~pr.diag) @ (vt if v_off is None else v_off)
+    return o / e.sum(-1, keepdim=True)

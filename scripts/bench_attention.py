@@ -166,13 +166,12 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     sm = 1.0 / math.sqrt(shape[-1])
     ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True)
-    vt = (ops.v.vals_t, ops.v.scale)
-    o, lse2, moff, o8, os_ = attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, sm, SEQ_BLOCK, True)
+    o, lse2, moff, o8, os_ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, SEQ_BLOCK, True)
     do_op = quantize_operand(do, "fp8", QZ)
     delta = backward_delta(do_op, Operand(o8, os_))
-    fwd = lambda cfg=None: attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, sm, SEQ_BLOCK, True,  # noqa
+    fwd = lambda cfg=None: attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, SEQ_BLOCK, True,  # noqa
                                                  config=cfg)
-    bwd = lambda cfg=None: attention_bwd.backward(ops.q, ops.k, vt, do_op, lse2, moff, delta, spec,  # noqa
+    bwd = lambda cfg=None: attention_bwd.backward(ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec,  # noqa
                                                   True, True, sm, SEQ_BLOCK, config=cfg)
     parts = {
         "fwd pre-pass (quantize Q, K, V)": lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
@@ -235,8 +234,9 @@ def markdown(rows: list, meta: dict) -> str:
 
 
 def _configs(text: str) -> list[dict]:
-    """"8x3,4x4x32,8x3:a1,8x2:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x stages
-    [x backward sub-tile] [:a<ABLATE bits> (forward) or :dkdv / :dq (one backward kernel)]."""
+    """"8x3,4x4x32,8x3:fresh,8x2:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x stages
+    [x backward sub-tile] [:fresh (forward: a fresh P·V product per tile) or :dkdv / :dq (one
+    backward kernel)]."""
     out = []
     for part in filter(None, text.split(",")):
         spec, _, extra = part.partition(":")
@@ -244,8 +244,8 @@ def _configs(text: str) -> list[dict]:
         cfg = {"num_warps": int(w), "num_stages": int(st)}
         if sub:
             cfg["sub"] = int(sub[0])
-        if extra.startswith("a"):
-            cfg["ABLATE"] = int(extra[1:])
+        if extra == "fresh":
+            cfg["CHAIN"] = False
         elif extra:
             cfg["which"] = extra
         out.append(cfg)
@@ -276,7 +276,8 @@ def main() -> None:
     import triton
 
     meta = dict(command="python " + " ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                commit=os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or "unknown",
+                commit=os.environ.get("FLAMIA_COMMIT")
+                or os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or "unknown",
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, triton=triton.__version__)
     print(json.dumps(meta), flush=True)

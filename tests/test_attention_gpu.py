@@ -90,7 +90,7 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     q, k, v, _ = _inputs(2, 8, 2, 1024, 128, seed=6)
     ops = prepare_forward(q, k, v, spec, True, formats, 128, v_transposed=True)
     sm = 1.0 / math.sqrt(128)
-    o, *_ = attention_fwd.forward(ops.q, ops.k, (ops.v.vals_t, ops.v.scale), spec, True, True, sm, 128, False)
+    o, *_ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, 128, False)
     ref = reference.forward_math(ops, spec, True, True, sm)[0].to(torch.bfloat16)
     print(f"\n{spec.name} forward on shared operands: rel-L2 {_rel(o, ref):.2e}")
     assert _rel(o, ref) <= 5e-3

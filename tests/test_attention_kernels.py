@@ -86,11 +86,10 @@ def test_backward_sub_tile_32_matches_reference():
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=8)
     ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
-    vt = (ops.v.vals_t, ops.v.scale)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, vt, spec, True, True, 0.125, 128, True)
+    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True)
     dq_op = quantize_operand(do, "fp8", QZ)
     delta = backward_delta(dq_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, vt, dq_op, lse2, moff, delta, spec, True, True, 0.125, 128)
+    args = (ops.q, ops.k, ops.v, dq_op, lse2, moff, delta, spec, True, True, 0.125, 128)
     got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
     want = attention_bwd.backward(*args)
     for a, b in zip(got, want, strict=True):
