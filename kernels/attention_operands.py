@@ -171,6 +171,19 @@ def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, bl
         v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
 
 
+def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool, off: bool) -> Operand:
+    """K or V quantized; fp8 with `off` also carries its off-diagonal copy (one fused pass in
+    `quantize`, else `off_diagonal` after the per-token quantizer: the same bytes)."""
+    if off and fmt == "fp8" and leak is None and impl is not F:
+        x8, scale, xb8, bscale = impl.quantize_fp8_key_side(x, block, transposed)
+        vals = x8.transpose(-1, -2) if transposed else x8
+        return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed))
+    op = quantize_operand(x, fmt, impl, leak, transposed=transposed)
+    if off and fmt == "fp8":
+        op.off = off_diagonal(op, block, impl, leak is not None, transposed)
+    return op
+
+
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
                     off_diagonal: bool = True):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
@@ -178,14 +191,11 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     (document masking: a tile's shared scale would carry one document's values into another's
     attention). Safeguards off: token-block scales everywhere (leaky)."""
     leak = None if safeguards else block
-    ops = ForwardOperands(
+    return ForwardOperands(
         quantize_operand(q, spec.qk, impl, leak),
-        quantize_operand(k, spec.qk, impl, leak),
-        quantize_operand(v, spec.pv, impl, leak, transposed=v_transposed),
+        _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),
+        _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
     )
-    if off_diagonal:
-        attach_off_diagonal(ops.k, ops.v, spec, safeguards, impl, block, v_transposed)
-    return ops
 
 
 def quantize_output(o: torch.Tensor, do_fmt: str, impl) -> Operand:

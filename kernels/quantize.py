@@ -72,6 +72,12 @@ if HAS_TRITON:
         return tl.where((byte & 0x7F) == 0x7F, float("nan"), val)
 
     @triton.jit
+    def _e4m3_signed(byte):
+        """E4M3 byte (int32) -> fp32 with its sign, -0 included (Triton's unary minus gives +0)."""
+        mag = _e4m3_to_f32(byte & 0x7F).to(tl.int32, bitcast=True)
+        return (mag | ((byte & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+    @triton.jit
     def _e2m1_code(v, u, STOCHASTIC: tl.constexpr):
         """fp32 -> 4-bit E2M1 code (int32), as formats.e2m1_codes: lo grid point + round-up bit."""
         a = tl.abs(v)
@@ -136,13 +142,44 @@ if HAS_TRITON:
         else:
             offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]
         byte = tl.load(X8 + offs, mask=mask, other=0).to(tl.int32)
-        mag = _e4m3_to_f32(byte & 0x7F)
-        x = tl.where((byte & 0x80) != 0, -mag, mag) * tl.load(Scale + bh * S + offs_s)[:, None]
+        x = _e4m3_signed(byte) * tl.load(Scale + bh * S + offs_s)[:, None]
         amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
         scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, scale)
         out = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D)))).to(tl.uint8)
         tl.store(Y8 + offs, out, mask=mask)
+
+    @triton.jit
+    def _fp8_key_side_kernel(
+        X, X8, Scale, XB8, BScale, S, D,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
+    ):
+        """One program: one token block of one slice, read once; writes the per-token fp8 bytes and
+        scales and the token-block copy re-quantized from them (TRANSPOSED: both as [D, S])."""
+        bh = tl.program_id(0).to(tl.int64)
+        pid_s = tl.program_id(1)
+        offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = offs_d[None, :] < D
+        x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+        amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+        tl.store(Scale + bh * S + offs_s, scale)
+        byte = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D))))
+        xt = _e4m3_signed(byte) * scale[:, None]  # the per-token values, exactly
+        bamax = tl.max(tl.max(_abs_bits(xt), axis=1), axis=0).to(tl.float32, bitcast=True)
+        bscale = tl.math.div_rn(_clamp_tiny(bamax, TINY), 448.0)
+        tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
+        bbyte = _e4m3_bits(tl.math.div_rn(xt, tl.broadcast_to(bscale, (BLOCK_S, BLOCK_D))))
+        if TRANSPOSED:
+            offs = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
+            tmask = offs_d[:, None] < D
+            tl.store(X8 + offs, tl.trans(byte.to(tl.uint8)), mask=tmask)
+            tl.store(XB8 + offs, tl.trans(bbyte.to(tl.uint8)), mask=tmask)
+        else:
+            offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]
+            tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
+            tl.store(XB8 + offs, bbyte.to(tl.uint8), mask=mask)
 
     @triton.jit
     def _mxfp8_kernel(
@@ -393,3 +430,34 @@ def requantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor, block: in
             num_warps=_num_warps(block * block_d),
         )
     return y8, bscale
+
+
+def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False):
+    """Per-token fp8 of x [..., S, D] and its off-diagonal token-block copy, in one read of x.
+
+    Returns (x8, scale [..., S] fp32, xb8, block scale [..., S // block] fp32) with x8, xb8 laid
+    out [..., S, D], or both [..., D, S] with `transposed` (Vᵀ, the P·V operand). The bytes
+    equal `formats.quantize_fp8_per_token` and `formats.requantize_fp8_token_blocks` of them.
+    """
+    seq, dim = x.shape[-2], x.shape[-1]
+    if not (can_run_triton(x) and _is_pow2(block)) or seq % block or x.dim() < 2:
+        x8, scale = F.quantize_fp8_per_token(x)
+        xb8, bscale = F.requantize_fp8_token_blocks(x8, scale, block)
+        if transposed:
+            x8, xb8 = x8.transpose(-1, -2).contiguous(), xb8.transpose(-1, -2).contiguous()
+        return x8, scale[..., 0], xb8, bscale.reshape(*x.shape[:-2], seq // block)
+    x = x.contiguous()
+    bh = x.numel() // max(1, seq * dim)
+    out_shape = (*x.shape[:-2], dim, seq) if transposed else x.shape
+    x8 = torch.empty(out_shape, dtype=F.FP8_DTYPE, device=x.device)
+    xb8 = torch.empty(out_shape, dtype=F.FP8_DTYPE, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    bscale = torch.empty((*x.shape[:-2], seq // block), dtype=torch.float32, device=x.device)
+    if x.numel():
+        block_d = triton.next_power_of_2(dim)
+        _fp8_key_side_kernel[(bh, seq // block)](
+            x, x8.view(torch.uint8), scale, xb8.view(torch.uint8), bscale, seq, dim,
+            TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
+            num_warps=4 if INTERPRET else 8,
+        )
+    return x8, scale, xb8, bscale

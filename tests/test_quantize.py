@@ -44,8 +44,32 @@ def _given_global(x):
     return F.nvfp4_per_token_global_scale(x) * factor
 
 
+def _key_side(m, x, transposed: bool):
+    """Per-token fp8 + the off-diagonal token-block copy re-quantized from it (block 64)."""
+    if m is Q:
+        return Q.quantize_fp8_key_side(x, 64, transposed)
+    x8, scale = F.quantize_fp8_per_token(x)
+    xb8, bscale = F.requantize_fp8_token_blocks(x8, scale, 64)
+    if transposed:
+        x8, xb8 = x8.mT.contiguous(), xb8.mT.contiguous()
+    return x8, scale[..., 0], xb8, bscale.reshape(*x.shape[:-2], x.shape[-2] // 64)
+
+
+def _requant(m, x, transposed: bool):
+    """Token-block copy re-derived from per-token bytes (the backward's path), block 64."""
+    x8, scale = F.quantize_fp8_per_token(x)
+    if m is Q:
+        src = x8.mT.contiguous() if transposed else x8
+        return Q.requantize_fp8_token_blocks(src, scale, 64, transposed=transposed)
+    y8, bscale = F.requantize_fp8_token_blocks(x8, scale, 64)
+    return (y8.mT.contiguous() if transposed else y8), bscale
+
+
 QUANTIZERS = {
     "fp8_token": lambda m, x: _fp8_transposed(m, "quantize_fp8_per_token", x),
+    "fp8_key_side": lambda m, x: _key_side(m, x, False),
+    "fp8_key_side_t": lambda m, x: _key_side(m, x, True),
+    "fp8_requant_t": lambda m, x: _requant(m, x, True),
     "fp8_block64": lambda m, x: _fp8_transposed(m, "quantize_fp8_token_blocks", x, 64),
     "mxfp8": lambda m, x: m.quantize_mxfp8(x),
     "nvfp4_tensor": lambda m, x: _nv(m.quantize_nvfp4(x)),
