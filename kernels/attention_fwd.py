@@ -16,10 +16,11 @@ every key of a tile precedes every query of the block, so K and V may share one 
 per tile (`K_OFF`, `V_OFF`: token-block fp8 bytes re-quantized from the per-token ones):
 the K scale is then one factor per row, fused with Q's into one FMA before exp2, and the
 V scale one factor per tile, carried in the accumulator's unit (`cv`) so the P·V products
-can chain in one accumulator (CHAIN; off by default: a fresh product per tile measured as fast,
-2.02 vs 2.04 ms at S=8k, D=128 on the H200, and it keeps each FP8 product's sum short). On the diagonal tile the per-token copies are read: S's scales
-are an outer product, and V's per-token scale is folded into P (the partner-folding rule)
-as x = p · s_v[j] / r_i with r_i = max s_v over the keys <= i, the causally safe choice.
+can chain in one accumulator (CHAIN; off by default: a fresh product per tile measured
+as fast, 2.02 vs 2.04 ms at S=8k, D=128 on the H200, and keeps each FP8 sum short).
+On the diagonal tile the per-token copies are read: S's scales are an outer product,
+and V's per-token scale is folded into P (the partner-folding rule) as
+x = p · s_v[j] / r_i with r_i = max s_v over the keys <= i, the causally safe choice.
 Operands without a token-block copy (MXFP8 / NVFP4 emulated, bf16) take that per-token
 path on every tile, with r over the whole tile off the diagonal.
 

@@ -51,6 +51,11 @@ FORMAT_KINDS: dict[str, tuple[Kind, Kind]] = {
 DGRAD_SR_SALT, WGRAD_SR_SALT, RHT_SALT = 1, 2, 3
 
 _NATIVE_BROKEN: dict[tuple, str] = {}  # (device capability, kinds) -> error text, so we try once
+# (capability, format, operand kinds, M, N, K) whose native product was checked against the exact
+# emulation once: a scale layout that cuBLAS reads differently from ours gives wrong numbers, not an
+# error (seen on the H200: fp8-block training stalled at loss 7.5), so each new GEMM shape is checked.
+_NATIVE_CHECKED: set[tuple] = set()
+NATIVE_CHECK_TOL = 2e-2  # rel L2 vs the exact product: bf16 output rounding is ~2e-3
 _WARNED: set[str] = set()
 
 
@@ -118,10 +123,23 @@ def _product(fmt: str, a: QOperand, b: QOperand, shape: tuple[int, int, int], ou
     m, n, k = shape
     reason = native_reason(fmt, m, n, k, device)
     if reason is None:
+        cap = torch.cuda.get_device_capability(device)
         try:
-            return _native_mm(a, b, out_dtype)
+            out = _native_mm(a, b, out_dtype)
+            key = (cap, fmt, a.kind, b.kind, m, n, k)
+            if key in _NATIVE_CHECKED:
+                return out
+            exact = _emulated_mm(a, b)[:m, :n]
+            err = ((out[:m, :n].float() - exact).norm() / exact.norm().clamp_min(1e-30)).item()  # once per shape
+            if err <= NATIVE_CHECK_TOL:
+                _NATIVE_CHECKED.add(key)
+                return out
+            kinds = f"{a.kind.rows}x{a.kind.cols} / {b.kind.rows}x{b.kind.cols}"
+            _NATIVE_BROKEN[(cap, fmt)] = (f"native result differs from the exact emulation (rel L2 {err:.3g} "
+                                          f"at M={m} N={n} K={k}, scale blocks {kinds})")
+            reason = f"_scaled_mm check failed: {_NATIVE_BROKEN[(cap, fmt)]}"
+            _warn_once(reason)
         except (RuntimeError, NotImplementedError) as err:  # e.g. a cuBLAS too old for blockwise
-            cap = torch.cuda.get_device_capability(device)
             _NATIVE_BROKEN[(cap, fmt)] = str(err).strip().splitlines()[0]
             reason = f"_scaled_mm raised: {_NATIVE_BROKEN[(cap, fmt)]}"
     if device.type == "cuda" and fmt in ("fp8", "fp8-block"):

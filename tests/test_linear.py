@@ -336,6 +336,27 @@ def test_fsdp_world1_matches_unsharded(process_group, fmt, monkeypatch):
         assert torch.equal(g_ref, g)
 
 
+def test_wrong_native_product_falls_back_to_the_exact_emulation(monkeypatch):
+    """A native GEMM that returns wrong numbers (a scale layout cuBLAS reads another way gives no
+    error) is caught by the once-per-shape check: the exact emulation runs, with a warning."""
+    monkeypatch.setattr(G, "_NATIVE_BROKEN", {})
+    monkeypatch.setattr(G, "_NATIVE_CHECKED", set())
+    monkeypatch.setattr(G, "_WARNED", set())
+    x, w, _ = _inputs(torch.float32, t=256, n_in=256, n_out=128)
+    x = x.flatten(0, 1)
+    exact = G.fprop(x, w, "fp8-block")  # CPU: the emulation
+    monkeypatch.setattr(G, "native_reason", lambda fmt, m, n, k, device: G._NATIVE_BROKEN.get(((9, 0), fmt)))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(G, "_native_mm", lambda a, b, dt: G._emulated_mm(a, b).to(dt))
+    assert torch.equal(G.fprop(x, w, "fp8-block"), exact) and len(G._NATIVE_CHECKED) == 1
+    G._NATIVE_CHECKED.clear()
+    monkeypatch.setattr(G, "_native_mm", lambda a, b, dt: (2 * G._emulated_mm(a, b)).to(dt))
+    with pytest.warns(UserWarning, match="differs from the exact emulation"):
+        got = G.fprop(x, w, "fp8-block")
+    assert torch.equal(got, exact)
+    assert "rel L2" in G._NATIVE_BROKEN[((9, 0), "fp8-block")]
+
+
 # ---------------------------------------------------------------- GPU: _scaled_mm against the emulation
 
 
