@@ -277,23 +277,33 @@ def test_doc_tables():
 
 
 # ---- GPU (the lead runs these: -m gpu) ------------------------------------------------------------
+# Doc-masked Triton vs reference on the H200 (S = 2048, 2026-11-30): fp8 O 4.7e-3 / dV 5.5e-3, nvfp4-fp8
+# 5.4e-3 / 6.0e-3, mxfp8 and nvfp4 <= 2.6e-3: approximate exp2 / division on the GPU, and NVFP4 P's
+# coarse steps (tests/test_attention_gpu.py). Packed vs alone is bit-identical in the interpreter (test
+# above); the GPU compiles the doc-masked and the plain kernel separately, and where it contracts a
+# multiply-add into an FMA differs between them (measured max |diff| 1-2 bf16 ulp for mxfp8 / nvfp4),
+# and for fp8 K/V the document alone reads the off-diagonal token-block copies (no doc ids), which the
+# packed row does not (UNALIGNED_TOL's reason).
+GPU_DOC_TOL = {"fp8": 7.5e-3, "mxfp8": 5e-3, "nvfp4-fp8": 1e-2, "nvfp4": 5e-3}
+GPU_ALONE_TOL = {"fp8": UNALIGNED_TOL["fp8"], "mxfp8": 2e-3, "nvfp4-fp8": UNALIGNED_TOL["nvfp4-fp8"], "nvfp4": 2e-3}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", ["fp8", "mxfp8", "nvfp4-fp8", "nvfp4"])
 def test_gpu_triton_matches_reference_with_doc_ids(spec):
-    """S = 2048, documents cut inside tiles: Triton vs reference within 5e-3 (the
-    tolerance tests/test_attention_gpu.py uses), and the tile-aligned packed-vs-alone identity."""
+    """S = 2048, documents cut inside tiles: Triton vs reference (GPU_DOC_TOL), and a tile-aligned
+    document packed vs run alone (GPU_ALONE_TOL)."""
     q, k, v, do, ids = (x.cuda() for x in _inputs(2, 8, 2, 2048, 128, seed=51))
     ids[:, 1024:] = 10**6  # cuts inside tiles before 1024, one document on [1024, 2048)
     tri = _fwd_bwd(flamia_attention, q, k, v, do, spec, doc_ids=ids)
     ref = _fwd_bwd(reference.attention, q, k, v, do, spec, doc_ids=ids)
     errs = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, ref, strict=True)}
     print(f"\n{spec} S=2048 doc-masked triton vs reference rel-L2: {errs}")
-    assert all(e <= 5e-3 for e in errs.values()), errs
+    assert all(e <= GPU_DOC_TOL[spec] for e in errs.values()), errs
     alone = _alone(flamia_attention, q[:1], k[:1], v[:1], do[:1], 1024, 2048, spec)
-    diff = {n: (a[:1, :, 1024:].float() - b.float()).abs().max().item()
-            for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, alone, strict=True)}
-    print(f"{spec} tile-aligned document, packed vs alone, max |diff|: {diff}")
-    assert all(d == 0 for d in diff.values()), diff
+    diff = {n: _rel(a[:1, :, 1024:], b) for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, alone, strict=True)}
+    print(f"{spec} tile-aligned document, packed vs alone, rel-L2: {diff}")
+    assert all(d <= GPU_ALONE_TOL[spec] for d in diff.values()), diff
 
 
 @pytest.mark.gpu
