@@ -283,9 +283,10 @@ def test_doc_tables():
 # above); the GPU compiles the doc-masked and the plain kernel separately, and where it contracts a
 # multiply-add into an FMA differs between them (measured max |diff| 1-2 bf16 ulp for mxfp8 / nvfp4),
 # and for fp8 K/V the document alone reads the off-diagonal token-block copies (no doc ids), which the
-# packed row does not (UNALIGNED_TOL's reason).
+# packed row does not (UNALIGNED_TOL's reason). Measured packed vs alone: fp8 3.1e-2, nvfp4-fp8 4.7e-2,
+# mxfp8 5.5e-5, nvfp4 1.0e-4 (worst of O, dQ, dK, dV).
 GPU_DOC_TOL = {"fp8": 7.5e-3, "mxfp8": 5e-3, "nvfp4-fp8": 1e-2, "nvfp4": 5e-3}
-GPU_ALONE_TOL = {"fp8": UNALIGNED_TOL["fp8"], "mxfp8": 2e-3, "nvfp4-fp8": UNALIGNED_TOL["nvfp4-fp8"], "nvfp4": 2e-3}
+GPU_ALONE_TOL = {"fp8": 5e-2, "mxfp8": 2e-3, "nvfp4-fp8": UNALIGNED_TOL["nvfp4-fp8"], "nvfp4": 2e-3}
 
 
 @pytest.mark.gpu
