@@ -78,3 +78,20 @@ def test_resume_check_fails_on_a_fresh_start_or_a_missing_run(tmp_path):
     assert not summ.resume_check(one, two, missing, 5, "", 0.02)["ok"]
     text = summ.report(one, two, missing, summ.resume_check(one, two, missing, 5, "", 0.02), 2, "t")
     assert "| resume 2→1 | 1 | missing |" in text
+
+
+def test_agreement_criterion_without_a_resume_run(tmp_path, capsys):
+    steps = range(1, 13)
+    loss1 = {s: 10.0 - 0.3 * s for s in steps}
+    write_run(tmp_path / "one", {s: 2.0 for s in steps}, loss1)
+    write_run(tmp_path / "two", {s: 1.0 for s in steps}, {s: v * (1 + 5e-4 * (s == 7)) for s, v in loss1.items()})
+    args = ["--one", str(tmp_path / "one"), "--two", str(tmp_path / "two"), "--json", str(tmp_path / "s.json")]
+    result = summ.main([*args, "--agree-tol", "1e-3"])
+    out = capsys.readouterr().out
+    assert "**Loss agreement 1 vs 2 GPUs: PASS** (criterion: max over steps s of |L_2(s) − L_1(s)| / |L_1(s)| ≤ " \
+           "1.0e-03): max rel 5.00e-04 at step 7" in out
+    assert "resume" not in out and "resume_check" not in result
+    assert result["loss_agreement"]["ok"] is True and result["loss_agreement"]["tol"] == 1e-3
+    summ.main([*args, "--agree-tol", "1e-4"])
+    assert "**Loss agreement 1 vs 2 GPUs: FAIL**" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s.json").read_text())["loss_agreement"]["ok"] is False

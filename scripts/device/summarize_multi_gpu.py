@@ -7,7 +7,10 @@ Reads each run directory's metrics.jsonl (rank 0's record, one row per step with
 logger.log_interval=1) and prints a markdown table: tokens/s (median of per-step values
 after --warmup steps), tokens/s per GPU, scaling efficiency = N-GPU tokens/s / (N x 1-GPU
 tokens/s), peak memory, the per-step loss agreement of the two runs and the resume check,
-then the per-step losses side by side.
+then the per-step losses side by side. Without --resume the resume row and check are left out.
+
+Loss agreement criterion (--agree-tol): max over the steps both runs logged of
+|L_N(s) - L_1(s)| / |L_1(s)| <= tol, printed as a PASS/FAIL line and stored in the JSON.
 
 Per-step tokens/s: the trainer logs `tokens_per_s` as a rolling mean (metrics.Throughput: the
 last `window` steps, the process's first `warmup` steps never counted). With every step logged
@@ -173,15 +176,32 @@ def _agree_text(a: dict) -> str:
     return f"max rel {a['max_rel']:.2e} (step {a['max_at']}), mean {a['mean_rel']:.2e}, steps {a['first']}–{a['last']}"
 
 
-def report(one: dict, two: dict, res: dict, check: dict, nproc: int, title: str) -> str:
+def criterion_line(agree: dict, tol: float, nproc: int) -> str:
+    """The 1 vs N GPU loss agreement verdict, with the criterion spelt out."""
+    rule = f"max over steps s of |L_{nproc}(s) − L_1(s)| / |L_1(s)| ≤ {tol:.1e}"
+    if not agree.get("steps"):
+        return f"**Loss agreement 1 vs {nproc} GPUs: NOT MEASURED** (criterion: {rule}; no step logged by both runs)"
+    verdict = "PASS" if agree["max_rel"] <= tol else "FAIL"
+    return (f"**Loss agreement 1 vs {nproc} GPUs: {verdict}** (criterion: {rule}): max rel {agree['max_rel']:.2e} at "
+            f"step {agree['max_at']}, mean {agree['mean_rel']:.2e}, {agree['steps']} steps "
+            f"({agree['first']}–{agree['last']})")
+
+
+def report(one: dict, two: dict, res: dict, check: dict, nproc: int, title: str, tol: float | None = None,
+           show_resume: bool = True) -> str:
     lines = [f"## {title}", ""]
+    if tol is not None:
+        lines += [criterion_line(agreement(two.get("loss", {}), one.get("loss", {})), tol, nproc), ""]
     base = one.get("tokens_per_s", math.nan) if one.get("present") else math.nan
+    last = " resume check |" if show_resume else ""
     lines += ["| run | GPUs | steps | tokens/s (global) | tokens/s per GPU | scaling efficiency | MFU (bf16 peak) "
-              "| peak memory GB (rank 0) | loss agreement | resume check |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, gpus, s in (("1-GPU", 1, one), (f"{nproc}-GPU FSDP2", nproc, two), (f"resume {nproc}→1", 1, res)):
+              "| peak memory GB (rank 0) | loss agreement |" + last,
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if show_resume else "")]
+    runs = [("1-GPU", 1, one), (f"{nproc}-GPU FSDP2", nproc, two)]
+    runs += [(f"resume {nproc}→1", 1, res)] if show_resume else []
+    for name, gpus, s in runs:
         if not s.get("present"):
-            lines.append(f"| {name} | {gpus} | missing | — | — | — | — | — | — | — |")
+            lines.append(f"| {name} | {gpus} | missing | — | — | — | — | — | — |" + (" — |" if show_resume else ""))
             continue
         eff = "baseline" if s is one else "—"
         agree = "—"
@@ -198,24 +218,28 @@ def report(one: dict, two: dict, res: dict, check: dict, nproc: int, title: str)
                              f"{nproc}-GPU {_f(check.get('two_loss'), '.4f')}")
             if check.get("why"):
                 res_cell += f" ({check['why']})"
-        elif s is two:
+        elif s is two and show_resume:
             res_cell = f"wrote checkpoint step {check['ckpt_step']}"
         tps = s["tokens_per_s"]
         lines.append(
             f"| {name} | {gpus} | {s['first_step']}–{s['last_step']} | {_f(tps, ',.0f')} | {_f(tps / gpus, ',.0f')} "
-            f"| {eff} | {_f(s['mfu'], '.3f')} | {_f(s['peak_memory_gb'], '.1f')} | {agree} | {res_cell} |")
+            f"| {eff} | {_f(s['mfu'], '.3f')} | {_f(s['peak_memory_gb'], '.1f')} | {agree} |"
+            + (f" {res_cell} |" if show_resume else ""))
     lines.append("")
     for name, s in (("1-GPU", one), (f"{nproc}-GPU", two), ("resume", res)):
-        if s.get("present"):
+        if s.get("present") and (show_resume or s is not res):
             lines.append(f"- {name}: {s['tokens_per_step']:,.0f} tokens/step, seq_len {s['seq_len']}, "
                          f"tokens/s = {s['tokens_per_s_how']}")
-    if check.get("log_line"):
+    if show_resume and check.get("log_line"):
         lines.append(f"- resume log: `{check['log_line']}`"
                      + (" (per-rank RNG re-seeded: written by another world size)" if check["reseed_warning"] else ""))
+    cols = ["step", "1-GPU", f"{nproc}-GPU", *(["resumed"] if show_resume else []), f"rel {nproc}-GPU vs 1",
+            *(["rel resumed vs 1", f"rel resumed vs {nproc}"] if show_resume else []), "tokens/s 1-GPU",
+            f"tokens/s {nproc}-GPU"]
     lines += ["", "Per-step training loss (rel = |a − b| / |b|) and step tokens/s:", "",
-              f"| step | 1-GPU | {nproc}-GPU | resumed | rel {nproc}-GPU vs 1 | rel resumed vs 1 "
-              f"| rel resumed vs {nproc} | tokens/s 1-GPU | tokens/s {nproc}-GPU |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    if not show_resume:
+        res = {}
     steps = sorted(set(one.get("loss", {})) | set(two.get("loss", {})) | set(res.get("loss", {})))
     for st in steps:
         a, b, c = (s.get("loss", {}).get(st) for s in (one, two, res))
@@ -224,8 +248,9 @@ def report(one: dict, two: dict, res: dict, check: dict, nproc: int, title: str)
         rr2 = abs(c - b) / abs(b) if b is not None and c is not None else None
         t1, t2 = (s["tokens_per_step"] / s["step_seconds"][st] if s.get("step_seconds", {}).get(st) else None
                   for s in (one, two))
-        lines.append(f"| {st} | {_f(a, '.4f')} | {_f(b, '.4f')} | {_f(c, '.4f')} | {_f(r21, '.2e')} "
-                     f"| {_f(rr1, '.2e')} | {_f(rr2, '.2e')} | {_f(t1, ',.0f')} | {_f(t2, ',.0f')} |")
+        cells = [st, _f(a, '.4f'), _f(b, '.4f'), *([_f(c, '.4f')] if show_resume else []), _f(r21, '.2e'),
+                 *([_f(rr1, '.2e'), _f(rr2, '.2e')] if show_resume else []), _f(t1, ',.0f'), _f(t2, ',.0f')]
+        lines.append("| " + " | ".join(str(x) for x in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -235,21 +260,29 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--two", type=Path, required=True, help="run_dir of the N-GPU run")
     ap.add_argument("--resume", type=Path, help="run_dir of the 1-GPU run resumed from the N-GPU checkpoint")
     ap.add_argument("--resume-log", type=Path, help="its console log (stderr says 'resumed from ... at step K')")
-    ap.add_argument("--ckpt-step", type=int, required=True, help="step of the N-GPU checkpoint it resumed from")
+    ap.add_argument("--ckpt-step", type=int, default=0, help="step of the N-GPU checkpoint it resumed from")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=4, help="first steps of each process left out of tokens/s")
     ap.add_argument("--tol", type=float, default=0.02, help="resume check: max rel loss diff vs the N-GPU run")
-    ap.add_argument("--title", default="Multi-GPU scaling and resume")
+    ap.add_argument("--agree-tol", type=float, default=None,
+                    help="loss agreement criterion: max rel |L_N - L_1| / |L_1| over the shared steps (PASS/FAIL line)")
+    ap.add_argument("--title", default="Multi-GPU scaling")
     ap.add_argument("--json", type=Path, help="also write every number here")
     args = ap.parse_args(argv)
     one, two, res = (run_stats(load_rows(d), args.warmup) for d in (args.one, args.two, args.resume))
     log = args.resume_log.read_text(errors="replace") if args.resume_log and args.resume_log.is_file() else ""
     check = resume_check(one, two, res, args.ckpt_step, log, args.tol)
-    print(report(one, two, res, check, args.nproc, args.title), end="")
-    result = {"one": one, "two": two, "resume": res, "resume_check": check, "nproc": args.nproc}
+    show_resume = args.resume is not None
+    print(report(one, two, res, check, args.nproc, args.title, args.agree_tol, show_resume), end="")
+    result = {"one": one, "two": two, "nproc": args.nproc}
+    if show_resume:
+        result.update(resume=res, resume_check=check)
     if one.get("present") and two.get("present"):
         result["scaling_efficiency"] = two["tokens_per_s"] / (args.nproc * one["tokens_per_s"])
         result["loss_agreement"] = agreement(two["loss"], one["loss"])
+        if args.agree_tol is not None and result["loss_agreement"].get("steps"):
+            result["loss_agreement"].update(tol=args.agree_tol,
+                                            ok=result["loss_agreement"]["max_rel"] <= args.agree_tol)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return result
