@@ -107,8 +107,12 @@ class _FlamiaAttention(torch.autograd.Function):
         k_op, v_op = Operand(kv, ks), Operand(vtv, vs, vals_t=vtv)
         if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them
             attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True)
-        do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
-        delta = backward_delta(do, Operand(ov, os_))
+        if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O
+            do8, sdo, delta = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_)
+            do = Operand(do8, sdo[..., 0])
+        else:
+            do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
+            delta = backward_delta(do, Operand(ov, os_))
         dq, dk, dv = attention_bwd.backward(Operand(qv, qs), k_op, v_op, do, lse2, moff, delta, spec, causal,
                                             safeguards, sm_scale, SEQ_BLOCK,
                                             doc=None if doc[0] is None else tuple(doc))

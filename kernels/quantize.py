@@ -182,6 +182,29 @@ if HAS_TRITON:
             tl.store(XB8 + offs, bbyte.to(tl.uint8), mask=mask)
 
     @triton.jit
+    def _fp8_tokens_delta_kernel(
+        X, X8, Scale, O8, OScale, Delta, S, D,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        """One program: BLOCK_S tokens of dO; per-token fp8 bytes and scales of dO, and the backward's
+        delta = rowsum(deq(dO) ∘ deq(O)) from the saved per-token fp8 O, in one read of each."""
+        bh = tl.program_id(0).to(tl.int64)
+        offs_s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask = (offs_s[:, None] < S) & (offs_d[None, :] < D)
+        offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]
+        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+        tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
+        byte = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D))))
+        tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
+        o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
+        o_scale = tl.load(OScale + bh * S + offs_s, mask=offs_s < S, other=0.0)
+        prod = (_e4m3_signed(byte) * scale[:, None]) * (_e4m3_signed(o_byte) * o_scale[:, None])
+        tl.store(Delta + bh * S + offs_s, tl.sum(prod, axis=1), mask=offs_s < S)
+
+    @triton.jit
     def _mxfp8_kernel(
         X, X8, Codes, R, NB,
         BLOCK_R: tl.constexpr, NB_P2: tl.constexpr, BLK: tl.constexpr,
@@ -461,3 +484,32 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False)
             num_warps=4 if INTERPRET else 8,
         )
     return x8, scale, xb8, bscale
+
+
+def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor):
+    """dO's per-token fp8 and the attention backward's delta, in one pass.
+
+    x (dO) [..., S, D]; o8 float8_e4m3fn [..., S, D] with per-token o_scale [..., S] (the forward's
+    saved O). Returns (x8, scale [..., S, 1], delta [..., S] fp32): x8 and scale are the bytes of
+    `formats.quantize_fp8_per_token`; delta = rowsum(x8·scale ∘ o8·o_scale), as
+    `attention_operands.backward_delta` (up to the order of the fp32 sum).
+    """
+    if x.dim() < 2 or not can_run_triton(x):
+        x8, scale = F.quantize_fp8_per_token(x)
+        delta = (F.dequantize_fp8(x8, scale) * F.dequantize_fp8(o8, o_scale[..., None])).sum(-1)
+        return x8, scale, delta
+    x = x.contiguous()
+    seq, dim = x.shape[-2], x.shape[-1]
+    bh = x.numel() // max(1, seq * dim)
+    x8 = torch.empty(x.shape, dtype=F.FP8_DTYPE, device=x.device)
+    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    delta = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    if x.numel():
+        block_d = triton.next_power_of_2(dim)
+        block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
+        _fp8_tokens_delta_kernel[(bh, triton.cdiv(seq, block_s))](
+            x, x8.view(torch.uint8), scale, o8.contiguous().view(torch.uint8), o_scale.float().contiguous(),
+            delta, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
+            num_warps=_num_warps(block_s * block_d),
+        )
+    return x8, scale, delta

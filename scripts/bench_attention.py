@@ -176,8 +176,9 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     parts = {
         "fwd pre-pass (quantize Q, K, V)": lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
         "fwd kernel": fwd,
-        "bwd pre-pass (quantize dO, delta)": lambda: backward_delta(quantize_operand(do, "fp8", QZ),
-                                                                    Operand(o8, os_)),
+        "bwd pre-pass (quantize dO, delta; fused)": lambda: QZ.quantize_fp8_per_token_with_delta(do, o8, os_),
+        "bwd pre-pass unfused (PyTorch delta)": lambda: backward_delta(quantize_operand(do, "fp8", QZ),
+                                                                       Operand(o8, os_)),
         "bwd kernels (dK/dV + dQ)": bwd,
     }
     for cfg in args.bwd_configs:
@@ -185,6 +186,29 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     for cfg in args.fwd_configs:
         parts[f"fwd kernel {cfg}"] = lambda cfg=cfg: fwd(cfg)
     return parts, shape
+
+
+def run_trace(args) -> None:
+    """torch.profiler over a few fp8 fwd+bwd calls at the first S, D = 128: every CUDA kernel's
+    share of the time (what the pre-passes, the attention kernels and the glue really cost)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    b, h, s, d = shape_for(args.seqs[0], 128)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=i < 3)
+                   for i in range(4))
+
+    def step():
+        flamia_attention(q, k, v, "fp8").backward(do)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    print(f"trace: fp8 fwd+bwd x5, B={b} H={h} S={s} D={d}", flush=True)
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
 
 
 def run_profile(args, rows: list) -> None:
@@ -267,6 +291,7 @@ def main() -> None:
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
     ap.add_argument("--accuracy-only", action="store_true", help="only the accuracy table (CPU: reference)")
     ap.add_argument("--profile", action="store_true", help="also the fp8 time profile (D=128)")
+    ap.add_argument("--trace", action="store_true", help="also torch.profiler's kernel table of fp8 fwd+bwd")
     ap.add_argument("--fwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x3,4x3")
     ap.add_argument("--bwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x2,4x2")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -296,6 +321,8 @@ def main() -> None:
         save()
     if not args.accuracy_only:
         run_saved_bytes(args, rows)
+        if args.trace:
+            run_trace(args)
         if args.profile:
             run_profile(args, rows)
             save()

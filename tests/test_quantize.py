@@ -309,3 +309,19 @@ def test_gpu_triton_matches_formats_at_scale(name, family):
     if name not in ("nvfp4_tensor", "nvfp4_stochastic"):
         ref_cpu = QUANTIZERS[name](F, xs.cpu())
         assert_same_bits(ref_cpu, tuple(o.cpu() for o in QUANTIZERS[name](Q, xs)))
+
+
+@pytest.mark.parametrize("family", ["normal", "outliers", "zeros"])
+def test_dO_quantizer_with_fused_delta(family):
+    """The attention backward's fused pre-pass: dO's bytes and scales bit for bit as `formats`,
+    and delta = rowsum(deq(dO) ∘ deq(O)) as the unfused PyTorch expression up to the sum's order."""
+    from flamia_kernels.attention_operands import Operand, backward_delta
+
+    shape = (2, 3, 192, 128)
+    do = make_input(family, shape, "fp8_token", seed=21).bfloat16()
+    o8, o_scale = F.quantize_fp8_per_token(make_input("normal", shape, "fp8_token", seed=22))
+    x8, scale, delta = Q.quantize_fp8_per_token_with_delta(do, o8, o_scale[..., 0])
+    ref8, ref_scale = F.quantize_fp8_per_token(do)
+    assert_same_bits((ref8, ref_scale), (x8, scale))
+    want = backward_delta(Operand(ref8, ref_scale[..., 0]), Operand(o8, o_scale[..., 0]))
+    torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-6 * want.abs().max().item())
