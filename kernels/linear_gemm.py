@@ -182,8 +182,8 @@ def dgrad(dy: torch.Tensor, w: torch.Tensor, fmt: str, stats: QuantStats | None 
     sr = fmt == "nvfp4"
     gen = _generator(seed, DGRAD_SR_SALT, dy.device) if sr else None
     a = quantize_operand(dy, a_kind, kmult, stochastic=sr, generator=gen, key="dgrad.dy", **opts)
-    if w_kind.is_2d:
-        b = quantize_operand(w, w_kind, kmult, key="dgrad.w", **opts).t()
+    if w_kind.is_2d:  # quantized in W's orientation (fprop's blocks), handed over transposed
+        b = quantize_operand(w, w_kind, kmult, key="dgrad.w", transposed=True, **opts)
     else:
         b = quantize_operand(w.t(), w_kind, kmult, key="dgrad.w", **opts)
     return _product(fmt, a, b, (dy.shape[0], w.shape[1], dy.shape[1]), dy.dtype, dy.device)

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from . import formats as FM
+from . import linear_prepass as LP
+from ._triton_env import can_run_triton
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def quantize_operand(
     want_split: bool = False,
     stats: QuantStats | None = None,
     key: str = "",
+    transposed: bool = False,
 ) -> QOperand:
     """Quantize t [M, K] along K with `kind` blocks; K padded to `k_multiple`, M to `kind.rows`.
 
@@ -190,10 +193,26 @@ def quantize_operand(
     row_global: nvfp4 global scale per row (causally safe for a token operand) instead of
     per tensor. want_split: nvfp4 as (unit, post) for the bf16 CUDA emulation instead of
     fp32 values. stats/key: record amax, saturation and underflow under `key`.
+    transposed: return the transposed operand, ``quantize_operand(...).t()`` (2-D kinds only).
+
+    FP8 kinds without stats run the fused Triton quantizer (`linear_prepass`: one launch, same
+    bytes, row-major data) where Triton can run on t; everything else, and stats-recording
+    calls, the PyTorch path below.
     """
     m, k = t.shape
     kp = _round_up(k, max(k_multiple, kind.cols))
     mp = _round_up(m, kind.rows)
+    if kind.fmt == "fp8" and stats is None and can_run_triton(t) and LP.supported(t, kind.rows, kind.cols):
+        if transposed and not kind.is_2d:
+            raise ValueError(f"quantized operand of kind {kind} cannot be transposed: 1-D scales")
+        data, scale = LP.quantize_fp8_operand(t, kind.rows, kind.cols, mp, kp, transposed=transposed)
+        return QOperand(kind, data=data, scale=scale)
+    out = _quantize_torch(t, kind, m, k, mp, kp, stochastic, generator, row_global, want_split, stats, key)
+    return out.t() if transposed else out
+
+
+def _quantize_torch(t, kind, m, k, mp, kp, stochastic, generator, row_global, want_split, stats, key) -> QOperand:
+    """The PyTorch path of :func:`quantize_operand`: pad, group, `formats` quantizers, ungroup."""
     tp = F.pad(t.float(), (0, kp - k, 0, mp - m)) if (kp, mp) != (k, m) else t.float()
     cols = kind.cols or kp
     g = _grouped(tp, kind.rows, cols)
