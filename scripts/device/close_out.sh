@@ -11,20 +11,21 @@
 #   issue 5 (long context, `longctx`): gpt-1b under a context schedule 2048 → 8192 → 32768 tokens (4 steps
 #     each, 32,768 tokens per step: 4 × 2048, 1 × 8192 then 1 × 32768 rows per forward), one process per
 #     variant PRECISION:AC[:LONGEST] (LC_VARIANTS, in order of value: fp8 with full checkpointing, fp8 without,
-#     bf16 without, fp8 selective, fp8 full with a 65536 stage added); per stage tokens/s and peak memory
+#     bf16 without, fp8 full with a 65536 stage added, fp8 selective); per stage tokens/s and peak memory
 #     (torch.cuda.max_memory_allocated, reset at each stage change) next to an estimate from the model shape
 #     (summarize_longctx.py). Variants run while time is left; each is time-boxed.
 # Timeline of `all` on 2 GPUs: [multigpu 2-GPU run on both] → GPU 1: recipes until the end; GPU 0: the
 # multigpu 1-GPU run, then long-context variants until the end. On 1 GPU: recipes, then long-context
 # variants in the time left; the 2-GPU comparison is skipped (said in the output).
 #   FLAMIA_COMMIT=<sha> bash scripts/device/close_out.sh [all|recipes|longctx|multigpu]
-# Expected wall on 2× H200: all ≈ 470 s (≤ WALL 530); recipes ≈ 400 s; longctx ≈ 250 s (the variants split
-# over both GPUs); multigpu ≈ 130 s. Give the device call a 600 s limit.
+# Expected wall on 2× H200 (setup ~10 s): all ≈ 510 s (≤ WALL 530: multigpu 2-GPU ~50 s, then recipes ~375 s
+# on GPU 1 while GPU 0 runs the 1-GPU run ~50 s and long-context variants until WALL − 20); recipes ≈ 400 s;
+# longctx ≈ 250 s (the variants split over both GPUs); multigpu ≈ 120 s. Give each device call a 600 s limit.
 # Results: $OUT/results.tar.gz (results/: console.txt, logs, recipes_nvfp4/recipes.{json,md}, multigpu.md +
 # .json, longctx.md + .json, metrics_*.jsonl), re-packed after every phase, plus $OUT/summary.md.
 # Knobs (environment, GPU values by default): WALL, DEVICE (cuda|cpu), NGPU, CORPUS (empty: the embedded
 # corpus), WORK, THREADS; REC_{MODEL,STEPS,SEQ,MB,PRESETS,EXTRA,GPU}; MG_{MODEL,PRECISION,NPROC,SEQ,MB,TOKENS,
-# STEPS,LR,WARMUP,AC,TOL,T1,T2,EXTRA}; LC_{MODEL,VARIANTS,STAGES,STAGE_STEPS,MB0,TOKENS,LR,BOX,MIN,EXTRA}.
+# STEPS,LR,WARMUP,AC,TOL,T1,T2,EXTRA}, REC_NEED; LC_{MODEL,VARIANTS,STAGES,STAGE_STEPS,MB0,TOKENS,LR,BOX,MIN,EXTRA}.
 # CPU dry run (gloo, stand-in sizes), from the repo root:
 #   PATH=/work/venv/bin:$PATH OUT=/tmp/co_out WORK=/tmp/co DEVICE=cpu NGPU=2 WALL=900 THREADS=1 \
 #     REC_MODEL=tiny REC_STEPS=6 REC_SEQ=128 REC_MB=2 REC_EXTRA=model.vocab_size=32768 \
@@ -52,14 +53,15 @@ REC_PRESETS=${REC_PRESETS:-bf16 nvfp4} REC_EXTRA=${REC_EXTRA:-}
 MG_MODEL=${MG_MODEL:-gpt-1b} MG_PRECISION=${MG_PRECISION:-bf16} MG_NPROC=${MG_NPROC:-2}
 MG_SEQ=${MG_SEQ:-2048} MG_MB=${MG_MB:-4} MG_STEPS=${MG_STEPS:-20} MG_LR=${MG_LR:-1e-4} MG_WARMUP=${MG_WARMUP:-8}
 MG_TOKENS=${MG_TOKENS:-$((MG_NPROC * MG_MB * MG_SEQ))}   # global tokens per step: 1 GPU accumulates MG_NPROC
-MG_AC=${MG_AC:-none} MG_TOL=${MG_TOL:-1e-2} MG_T1=${MG_T1:-120} MG_T2=${MG_T2:-100} MG_EXTRA=${MG_EXTRA:-}
+MG_AC=${MG_AC:-none} MG_TOL=${MG_TOL:-1e-2} MG_T1=${MG_T1:-120} MG_T2=${MG_T2:-90} MG_EXTRA=${MG_EXTRA:-}
+REC_NEED=${REC_NEED:-420}          # `all`: seconds kept for the recipes after the 2-GPU run (deadline + 45)
 # issue 5
 LC_MODEL=${LC_MODEL:-gpt-1b}
-LC_VARIANTS=${LC_VARIANTS:-fp8:full fp8:none bf16:none fp8:selective fp8:full:65536}
+LC_VARIANTS=${LC_VARIANTS:-fp8:full fp8:none bf16:none fp8:full:65536 fp8:selective}
 LC_STAGES=${LC_STAGES:-2048 8192 32768} LC_STAGE_STEPS=${LC_STAGE_STEPS:-4}
 LC_MB0=${LC_MB0:-4}                # rows per forward at the first length: the token budget of a forward
 LC_TOKENS=${LC_TOKENS:-}           # tokens per step; empty: max(longest length, LC_MB0 × first length)
-LC_LR=${LC_LR:-1e-4} LC_BOX=${LC_BOX:-150} LC_MIN=${LC_MIN:-60} LC_EXTRA=${LC_EXTRA:-}
+LC_LR=${LC_LR:-1e-4} LC_BOX=${LC_BOX:-180} LC_MIN=${LC_MIN:-60} LC_EXTRA=${LC_EXTRA:-}
 
 DATA=()
 [ -n "$CORPUS" ] && DATA=("data.path=$CORPUS" "data.tokenizer=$CORPUS/tokenizer.model")
@@ -198,11 +200,13 @@ echo "mode $MODE, $NGPU GPU(s), setup done at $(now) s, script bounded by $WALL 
 rm -f "$R/lc_runs.txt"
 case "$MODE:$((NGPU >= 2 ? 2 : NGPU))" in
   all:2)
-    mg_multi "$(min "$MG_T2" "$(left 420)")"; pack
+    MG_BOX=$(min "$MG_T2" "$(left "$REC_NEED")")
+    if [ "$MG_BOX" -ge 30 ]; then mg_multi "$MG_BOX"; pack
+    else echo "NOTE: $MG_BOX s for the 2-GPU run after keeping $REC_NEED s for the recipes: issue 8 skipped"; fi
     recipes 1 "$(left 45)" &
     REC_PID=$!
-    { mg_one 0 "$(min "$MG_T1" "$(left 80)")"; mg_summary; pack; lc_queue 0 "$END" "${VARIANTS[@]}"; } \
-      > "$R/gpu0_console.txt" 2>&1
+    { [ "$MG_BOX" -ge 30 ] && { mg_one 0 "$(min "$MG_T1" "$(left 80)")"; mg_summary; pack; }
+      lc_queue 0 "$END" "${VARIANTS[@]}"; } > "$R/gpu0_console.txt" 2>&1
     cat "$R/gpu0_console.txt"
     wait "$REC_PID" ;;
   all:1)
