@@ -26,8 +26,13 @@ CATEGORIES = ("attn_fwd", "attn_bwd", "attn_quant", "linears", "other")
 # memory-efficient "fmha_cutlassF/B"); on the CPU the aten op names themselves.
 _ATTENTION = re.compile(r"_fwd_kernel|_dkdv_kernel|_dq_kernel|flash|fmha|sdpa|cudnn|attention", re.I)
 _ATTENTION_BWD = re.compile(r"bwd|bprop|backward|cutlassB|_dkdv_|_dq_|dot_do_o|convert_dq", re.I)
-# FLAMIA's operand pre-pass (kernels/quantize.py): per-token scales and FP8/MX/NV bytes of q, k, v, dO.
-_ATTENTION_QUANT = re.compile(r"_fp8_tokens_kernel|_mxfp8_kernel|_nvfp4_kernel")
+# FLAMIA's operand pre-pass (kernels/quantize.py): per-token scales and FP8/MX/NV bytes of q, k, v, dO,
+# the off-diagonal K/V copies and the backward's fused delta.
+_ATTENTION_QUANT = re.compile(
+    r"_fp8_tokens_kernel|_fp8_key_side_kernel|_fp8_requant_blocks_kernel|_fp8_tokens_delta_kernel|_mxfp8_kernel"
+    r"|_nvfp4_kernel")
+# The linears' fused FP8 operand quantizer (kernels/linear_prepass.py): part of what an FP8 GEMM costs.
+_LINEAR_QUANT = re.compile(r"_fp8_operand_kernel")
 # GEMMs: cuBLAS (nvjet_*, sm90_xmma_*, *gemm*), CUTLASS (_scaled_mm rowwise/blockwise), aten mm on CPU.
 _LINEAR = re.compile(r"gemm|cutlass|scaled_mm|nvjet|cublas|xmma|wgmma|matmul|aten::mm|aten::addmm|aten::bmm",
                      re.I)
@@ -39,7 +44,7 @@ def classify(name: str) -> str:
         return "attn_quant"
     if _ATTENTION.search(name):
         return "attn_bwd" if _ATTENTION_BWD.search(name) else "attn_fwd"
-    if _LINEAR.search(name):
+    if _LINEAR.search(name) or _LINEAR_QUANT.search(name):
         return "linears"
     return "other"
 
