@@ -40,7 +40,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .attention_quant import mma, p_fp8_scaled, quant_rows, to_bf16
+    from .attention_quant import finite_row_max, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
     def _row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -75,10 +75,7 @@ if HAS_TRITON:
         elif DIAG:
             keep = offs_n[:, None] <= offs_m[None, :]
             st = tl.where(keep, st, float("-inf"))
-        if HAS_DOC:
-            m_use = tl.where(m == float("-inf"), 0.0, m)
-        else:
-            m_use = m
+        m_use = finite_row_max(m, HAS_DOC)
         pt = tl.exp2(st - (m_use - 8.0)[None, :])  # (BN, BM), ×256 as in the forward
         if FOLD:
             r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
@@ -199,10 +196,7 @@ if HAS_TRITON:
             s = tl.where(keep, s, float("-inf"))
         elif DIAG and CAUSAL:
             s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
-        if HAS_DOC:
-            m_use = tl.where(m == float("-inf"), 0.0, m)
-        else:
-            m_use = m
+        m_use = finite_row_max(m, HAS_DOC)
         p = tl.exp2(s - (m_use - 8.0)[:, None])
         dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
         ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])

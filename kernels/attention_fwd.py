@@ -46,7 +46,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .attention_quant import fp8_row_bytes, mma, p_fp8_scaled, quant_rows, to_bf16
+    from .attention_quant import finite_row_max, fp8_row_bytes, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
     def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
@@ -66,8 +66,7 @@ if HAS_TRITON:
                        qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                        CAUSAL: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
                        INTERP: tl.constexpr):
-        """The query block's own key tile, per-token K and V (and every tile of an operand pair
-        without token-block copies, with CAUSAL False there: no j <= i mask)."""
+        """The query block's own key tile, per-token K and V (CAUSAL False: no j <= i mask)."""
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
@@ -88,10 +87,7 @@ if HAS_TRITON:
         else:  # leaky: the whole tile, future keys included
             r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
         m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
-        if HAS_DOC:  # a row that has seen no key yet stays at -inf; exp2 against 0 gives exact zeros
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
+        m_use = finite_row_max(m_new, HAS_DOC)
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(s - (m_use - 8.0)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -114,7 +110,6 @@ if HAS_TRITON:
         else:
             k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])
             ks = tl.load(KS + kvs_off + cols)
-            c = tl.full([BLOCK], 1.0, tl.float32)
             s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
         if HAS_DOC:
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
@@ -123,10 +118,7 @@ if HAS_TRITON:
             m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1) * c))  # c > 0: max commutes with it
         else:
             m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
-        if HAS_DOC:
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
+        m_use = finite_row_max(m_new, HAS_DOC)
         alpha = tl.exp2(m_i - m_use)
         if K_OFF:
             p = tl.exp2(s * c[:, None] - (m_use - 8.0)[:, None])

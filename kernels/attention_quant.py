@@ -55,14 +55,21 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .quantize import _abs_bits, _e2m1_code, _e4m3_bits, _e4m3_to_f32
+    from .quantize import _abs_bits, _e2m1_code, _e4m3_bits, _e4m3_signed, _e4m3_to_f32
 
     @triton.jit
     def _e4m3_round(v):
         """fp32 -> the E4M3 value it rounds to (nearest-even, saturating at ±448), as fp32."""
-        byte = _e4m3_bits(v)
-        mag = _e4m3_to_f32(byte & 0x7F)
-        return tl.where((byte & 0x80) != 0, -mag, mag)
+        return _e4m3_signed(_e4m3_bits(v))
+
+    @triton.jit
+    def finite_row_max(m, HAS_DOC: tl.constexpr):
+        """The row max exp2 is taken against: with documents, a row that has seen no key yet
+        keeps M = -inf, and exp2 against 0 then gives its masked scores exact zeros."""
+        if HAS_DOC:
+            return tl.where(m == float("-inf"), 0.0, m)
+        else:
+            return m
 
     @triton.jit
     def to_bf16(x, INTERP: tl.constexpr):
@@ -82,15 +89,6 @@ if HAS_TRITON:
             return tl.dot(a.to(tl.float32), b.to(tl.float32))
         else:
             return tl.dot(a, b)
-
-    @triton.jit
-    def p_fp8(x, INTERP: tl.constexpr):
-        """P's fixed-scale E4M3 operand x·256 (x in [0, 1]): native RNE cast on the GPU, exact
-        bit arithmetic under the interpreter (its fp8 cast is not round-to-nearest-even)."""
-        if INTERP:
-            return _e4m3_round(x * 256.0)
-        else:
-            return (x * 256.0).to(tl.float8e4nv)
 
     @triton.jit
     def p_fp8_scaled(x, INTERP: tl.constexpr):
