@@ -155,6 +155,15 @@ class _Probs:
         xq, prs = quant_rows(x * (1.0 / 256.0), spec.pv, fixed=True, tile=tile)
         self.xq, self.prs = xq, prs * 256.0
 
+    def off_rows(self, op: Operand) -> torch.Tensor | None:
+        """The off-diagonal copy's bytes [B, Hq, S, D] (GQA-expanded), or None without one."""
+        return None if op.off is None else self.kv(op.off.rows())
+
+    def pair_scale(self, op: Operand) -> torch.Tensor:
+        """[..., Sq or 1, Sk]: the key-side scale each (query, key) pair used."""
+        tok = self.kv(op.scale)[..., None, :]
+        return tok if op.off is None else torch.where(self.diag, tok, self.kv(op.off.per_token_scale())[..., None, :])
+
     def split(self, a: torch.Tensor, vals: torch.Tensor, off_vals: torch.Tensor | None) -> torch.Tensor:
         """a [..., Sq, Sk] @ the key-side values, per-token bytes on the diagonal, off copy elsewhere."""
         if off_vals is None:
@@ -167,8 +176,7 @@ def forward_math(ops: ForwardOperands, spec: AttentionSpec, causal: bool, safe: 
     """(O fp32 [B, Hq, S, D], M, l [B, Hq, S]) from quantized operands; doc_ids [B, S] or None."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, doc_ids=doc_ids)
     l = pr.p.sum(-1) * (1.0 / 256.0)
-    v_off = None if ops.v.off is None else pr.kv(ops.v.off.rows())
-    o = pr.split(pr.xq * (pr.r * pr.prs), pr.kv(ops.v.vals), v_off) * (1.0 / 256.0) / l[..., None]
+    o = pr.split(pr.xq * (pr.r * pr.prs), pr.kv(ops.v.vals), pr.off_rows(ops.v)) * (1.0 / 256.0) / l[..., None]
     return o, pr.m, l
 
 
@@ -199,22 +207,15 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     pdeq = pr.xq * pr.prs * pr.fold * (linv[..., None] * (1.0 / 256.0))
     dv = sum_groups(pdeq.transpose(-1, -2) @ do.dequant())
     # dS = P ∘ (dP - delta), P the unquantized softmax; dP against the V bytes each pair used.
-    vs_pair = pr.vs[..., None, :] if ops.v.off is None else torch.where(
-        pr.diag, pr.vs[..., None, :], pr.kv(ops.v.off.per_token_scale())[..., None, :])
-    v_off = None if ops.v.off is None else pr.kv(ops.v.off.rows())
-    dp_tok = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
+    v_off = pr.off_rows(ops.v)
+    dp = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)
     if v_off is not None:
-        dp_tok = torch.where(pr.diag, dp_tok, do.vals.float() @ v_off.float().transpose(-1, -2))
-    dp = dp_tok * (do.scale[..., :, None] * vs_pair)
+        dp = torch.where(pr.diag, dp, do.vals.float() @ v_off.float().transpose(-1, -2))
+    dp = dp * (do.scale[..., :, None] * pr.pair_scale(ops.v))
     ds = (pr.p * (linv[..., None] * (1.0 / 256.0))) * (dp - delta[..., None])
     # dQ = Σ_j dS_ij k_j: each pair's K scale folded into dS before dS is quantized along keys.
-    ks_pair = pr.kv(ops.k.scale)[..., None, :]
-    k_off = None
-    if ops.k.off is not None:
-        k_off = pr.kv(ops.k.off.rows())
-        ks_pair = torch.where(pr.diag, ks_pair, pr.kv(ops.k.off.per_token_scale())[..., None, :])
-    yq, ys = quant_rows(ds * ks_pair, spec.ds, fixed=False, tile=ds_tile)
-    dq = pr.split(yq * ys, pr.kv(ops.k.vals), k_off) * sm_scale
+    yq, ys = quant_rows(ds * pr.pair_scale(ops.k), spec.ds, fixed=False, tile=ds_tile)
+    dq = pr.split(yq * ys, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * sm_scale
     yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False,
                         tile=ds_tile)
     dk = sum_groups((yq * ys) @ ops.q.vals.float()) * sm_scale
