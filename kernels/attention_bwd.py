@@ -55,13 +55,15 @@ if HAS_TRITON:
 
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
-                 qk_scale, P_GLOB, kdoc, DOC, doc_off, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
+                 qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                  PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
-                 SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+                 SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                 FUSE_DQ: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
         k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
         the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
-        was folded into P (the caller divides dV by s_v after these sub-tiles)."""
+        was folded into P (the caller divides dV by s_v after these sub-tiles). FUSE_DQ (dS in
+        bf16 only): also add this sub-tile's dQ rows into the fp32 DQA with atomics."""
         offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
@@ -100,14 +102,19 @@ if HAS_TRITON:
         dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
         yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BN, BM, TINY, INTERP)
         dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
+        if FUSE_DQ:  # dQ_i += bf16(dS ∘ s_k)_i · K8, _q_tile's product: bf16 dS has no group scale,
+            # so the 128-key tile needs no split along the contraction
+            dsk = to_bf16(dst * ks[:, None], INTERP)
+            dqp = mma(tl.trans(dsk), k.to(tl.bfloat16), INTERP)
+            tl.atomic_add(DQA + bh * S * D + offs_m[:, None] * D + offs_d[None, :], dqp, sem="relaxed")
         return dk, dv
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
-                     DV, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
+                     DV, DQA, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
                      BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                      SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
-                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False):
+                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -134,8 +141,8 @@ if HAS_TRITON:
             bh = bhk * G + g
             for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
                 dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
-                                  offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT, DS_FMT,
-                                  CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP)
+                                  offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
+                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
         if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
@@ -156,13 +163,14 @@ if HAS_TRITON:
             bh = bhk * G + g
             for start_m in range((pid_n + 1) * BN, hi, BM):
                 dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                  offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM, PV_FMT,
-                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP)
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
+                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
             if not CAUSAL:
                 for start_m in range(lo, pid_n * BN, BM):
                     dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
-                                      start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, D, BN, BM,
-                                      PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP)
+                                      start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN,
+                                      BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
+                                      FUSE_DQ)
         if not V_OFF:
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
@@ -249,11 +257,21 @@ def launch_config(d: int, ds_fmt: str) -> dict:
     """Backward launch: 8 warps, 2 stages on sm_90 (the dK/dV program holds two [128, D] fp32
     accumulators), and 32-long sub-tiles where dS's format allows it (bf16, mxfp8: no per-group
     scale): measured on the H200 at S=8k, D=128, 17.0 ms against 19.3 ms (64) and 39.6 ms (128,
-    spills). The interpreter keeps DS_TILE: fewer, larger steps run faster there."""
+    spills). The interpreter keeps DS_TILE: fewer, larger steps run faster there.
+    dq: "atomic" (dS in bf16: the dK/dV kernel adds dQ into an fp32 buffer, so S and dP are
+    computed once, not twice; dQ's fp32 sums then land in a run-dependent order on the GPU) or
+    "kernel" (the separate dQ kernel: bit-reproducible, and the only way for fp8 / nvfp4 dS,
+    whose scale groups run along keys). Under `torch.use_deterministic_algorithms(True)`
+    always "kernel", as PyTorch's own backward kernels do."""
+    atomic_ok = ds_fmt == "bf16" and not torch.are_deterministic_algorithms_enabled()
+    dq = "atomic" if atomic_ok else "kernel"
     if INTERPRET:
-        return {"num_warps": 4, "num_stages": 1}
+        return {"num_warps": 4, "num_stages": 1, "dq": dq}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
-    return {"num_warps": 8, "num_stages": 2, "sub": sub}
+    return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": dq}
+
+
+DQ_MODES = ("atomic", "kernel")
 
 
 def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
@@ -266,17 +284,27 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     block: the forward tile (SEQ_BLOCK); the sub-tiles along each product's contraction are
     DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
     (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "which"
-    ("dkdv" or "dq" alone). doc: None, or `document.doc_tables(doc_ids)` as the forward got it.
+    ("dkdv" or "dq" alone), "dq" (DQ_MODES, see `launch_config`). doc: None, or
+    `document.doc_tables(doc_ids)` as the forward got it.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
-    config = dict(config or launch_config(d, spec.ds))
+    defaults = launch_config(d, spec.ds)
+    config = dict(config or defaults)
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
+    dq_mode = config.pop("dq", defaults["dq"])
     if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"backward config dq={dq_mode!r}: allowed {', '.join(DQ_MODES)}")
+    if dq_mode == "atomic" and spec.ds != "bf16":
+        raise ValueError(f"backward config dq='atomic' needs dS in bf16, the spec has ds={spec.ds}: its scale "
+                         f"groups run along keys, across the dK/dV kernel's key tile; use dq='kernel'")
+    fuse = dq_mode == "atomic"
+    # fp32 sums of every key tile's dQ rows (zeros: each tile adds into them)
+    dqa = torch.zeros(b, hq, seq, d, dtype=torch.float32, device=q.vals.device) if fuse else dk
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
                   HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None, **config)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
@@ -286,9 +314,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
-    if which != "dq":
-        _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, *scalars, BN=block, BM=sub,
-                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, **common)
-    if which != "dkdv":
-        _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=sub, **common)
+    if which != "dq" or fuse:
+        _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, dqa, *scalars, BN=block, BM=sub,
+                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, **common)
+    if fuse:
+        dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
+    else:
+        dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+        if which != "dkdv":
+            _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=sub, **common)
     return dq, dk, dv

@@ -258,20 +258,27 @@ def markdown(rows: list, meta: dict) -> str:
 
 
 def _configs(text: str) -> list[dict]:
-    """"8x3,4x4x32,8x3:fresh,8x2:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x stages
-    [x backward sub-tile] [:fresh (forward: a fresh P·V product per tile) or :dkdv / :dq (one
+    """"8x3,4x4x32,8x3:fresh,8x2x32:kernel:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x
+    stages [x backward sub-tile] [:fresh (forward: a fresh P·V product per tile)] [:atomic / :kernel
+    (backward: dQ summed atomically in the dK/dV kernel, or its own kernel)] [:dkdv / :dq (one
     backward kernel)]."""
     out = []
     for part in filter(None, text.split(",")):
-        spec, _, extra = part.partition(":")
+        spec, *extras = part.split(":")
         w, st, *sub = spec.split("x")
         cfg = {"num_warps": int(w), "num_stages": int(st)}
         if sub:
             cfg["sub"] = int(sub[0])
-        if extra == "fresh":
-            cfg["CHAIN"] = False
-        elif extra:
-            cfg["which"] = extra
+        for extra in extras:
+            if extra == "fresh":
+                cfg["CHAIN"] = False
+            elif extra in ("atomic", "kernel"):
+                cfg["dq"] = extra
+            elif extra in ("dkdv", "dq"):
+                cfg["which"] = extra
+            else:
+                raise argparse.ArgumentTypeError(
+                    f"config {part!r}: unknown part {extra!r}; allowed fresh, atomic, kernel, dkdv, dq")
         out.append(cfg)
     return out
 
