@@ -54,7 +54,7 @@ if HAS_TRITON:
         return m, linv, delta, do, sdo
 
     @triton.jit
-    def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
+    def _kv_tile(dk, dv, k, kt, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
                  qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                  PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
                  SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
@@ -98,15 +98,21 @@ if HAS_TRITON:
         w = r * prs * sdo * linv  # dO's row factor: r·prs/l (P's dequantization) and s_dO (folded)
         dob = to_bf16(do.to(tl.float32) * w[:, None], INTERP)
         dv += mma(pq_t, dob, INTERP)
-        dpt = mma(v, tl.trans(do.to(tl.bfloat16)), INTERP) * (vs[:, None] * sdo[None, :])
+        if v.dtype == do.dtype:  # fp8 V and dO: an FP8 product, exact (both K-major: D is contiguous)
+            dpt = mma(v, tl.trans(do), INTERP)
+        else:
+            dpt = mma(v.to(tl.bfloat16), tl.trans(do.to(tl.bfloat16)), INTERP)
+        dpt = dpt * (vs[:, None] * sdo[None, :])
         dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
         yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BN, BM, TINY, INTERP)
         dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
         if FUSE_DQ:  # dQ_i += bf16(dS ∘ s_k)_i · K8, _q_tile's product: bf16 dS has no group scale,
             # so the 128-key tile needs no split along the contraction
+            # as dQᵀ = Kᵀ·dS [D, BM], so that the product is a 128-row wgmma with Kᵀ (bf16, made once
+            # per program: kt) from shared memory, not an M = BM register-operand mma
             dsk = to_bf16(dst * ks[:, None], INTERP)
-            dqp = mma(tl.trans(dsk), k.to(tl.bfloat16), INTERP)
-            tl.atomic_add(DQA + bh * S * D + offs_m[:, None] * D + offs_d[None, :], dqp, sem="relaxed")
+            dqt = mma(kt, dsk.to(tl.bfloat16), INTERP)
+            tl.atomic_add(DQA + bh * S * D + offs_m[None, :] * D + offs_d[:, None], dqt, sem="relaxed")
         return dk, dv
 
     @triton.jit
@@ -124,7 +130,8 @@ if HAS_TRITON:
         k = tl.load(K + rows)
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
-        v = tl.trans(tl.load(VT + rows_t)).to(tl.bfloat16)
+        v = tl.trans(tl.load(VT + rows_t))  # stored dtype (fp8: a quarter of bf16's registers)
+        kt = tl.trans(k.to(tl.bfloat16)) if FUSE_DQ else k  # Kᵀ for dQᵀ (read only with FUSE_DQ)
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
         lo = 0
@@ -140,7 +147,7 @@ if HAS_TRITON:
         for g in range(G):  # the diagonal, for every query head sharing this K/V head: per-token K, V
             bh = bhk * G + g
             for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
-                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
+                dk, dv = _kv_tile(dk, dv, k, kt, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
                                   offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
                                   DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
         if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
@@ -153,8 +160,9 @@ if HAS_TRITON:
         else:
             k_o = k
             ks_o = ks
+        kt_o = tl.trans(k_o.to(tl.bfloat16)) if FUSE_DQ else k_o
         if V_OFF:
-            v_o = tl.trans(tl.load(VBT + rows_t)).to(tl.bfloat16)
+            v_o = tl.trans(tl.load(VBT + rows_t))
             vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BN) + pid_n)
         else:
             v_o = v
@@ -162,12 +170,12 @@ if HAS_TRITON:
         for g in range(G):  # off the diagonal: the token-block copies
             bh = bhk * G + g
             for start_m in range((pid_n + 1) * BN, hi, BM):
-                dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
+                dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
                                   DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
             if not CAUSAL:
                 for start_m in range(lo, pid_n * BN, BM):
-                    dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
+                    dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
                                       start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN,
                                       BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
                                       FUSE_DQ)

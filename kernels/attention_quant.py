@@ -55,12 +55,12 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .quantize import _abs_bits, _e2m1_code, _e4m3_bits, _e4m3_signed, _e4m3_to_f32
+    from .quantize import _abs_bits, _e2m1_code, _e4m3_code, _e4m3_to_f32, _e4m3_value
 
     @triton.jit
     def _e4m3_round(v):
         """fp32 -> the E4M3 value it rounds to (nearest-even, saturating at ±448), as fp32."""
-        return _e4m3_signed(_e4m3_bits(v))
+        return _e4m3_value(_e4m3_code(v))
 
     @triton.jit
     def finite_row_max(m, HAS_DOC: tl.constexpr):
@@ -118,7 +118,7 @@ if HAS_TRITON:
         glob2 = tl.broadcast_to(glob[:, None], (R, C // 16))
         amax = tl.max(tl.abs(xb), 2)
         bs = tl.math.div_rn(tl.math.div_rn(amax, tl.full((R, C // 16), 6.0, tl.float32)), glob2)
-        bsf = _e4m3_to_f32(_e4m3_bits(bs))
+        bsf = _e4m3_to_f32(_e4m3_code(bs))
         denom = bsf * glob2
         zero = denom == 0
         den3 = tl.broadcast_to(tl.where(zero, 1.0, denom)[:, :, None], (R, C // 16, 16))
@@ -162,7 +162,7 @@ if HAS_TRITON:
         """Per-row fp8 of a [R, C] tile as formats.quantize_fp8_per_token: (E4M3 bytes uint8, scale [R])."""
         amax = tl.max(tl.abs(x), 1)
         scale = tl.math.div_rn(tl.maximum(amax, TINY), tl.full([R], 448.0, tl.float32))
-        byte = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (R, C))))
+        byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (R, C))))
         return byte.to(tl.uint8), scale
 
 

@@ -11,7 +11,8 @@ with masks. Scale blocks: ``rows == 1, cols == 0`` one scale per row (fp8 rowwis
 The bytes and scales are those of `linear_quant`'s PyTorch path (`formats.quantize_fp8_per_token`
 on each scale block) bit for bit, by the pre-pass's integer helpers from `quantize.py`: amax as an
 integer max over |bits| (NaN-propagating), ``scale = max(amax, FP8_TINY) / 448`` and
-``x / scale`` in IEEE division (`div_rn`), E4M3 codes by integer rounding (`_e4m3_bits`).
+``x / scale`` in IEEE division (`div_rn`), E4M3 codes by `quantize._e4m3_code` (integer
+rounding under the interpreter, the GPU's nearest-even conversion there: the same bytes).
 Callers (`linear_quant.quantize_operand`) fall back to the PyTorch path when Triton cannot run
 on t (`_triton_env.can_run_triton`) or `supported` says no; stats-recording steps take that path too.
 """
@@ -35,7 +36,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .quantize import _abs_bits, _clamp_tiny, _e4m3_bits
+    from .quantize import _abs_bits, _clamp_tiny, _e4m3_code
 
     @triton.jit
     def _fp8_operand_kernel(
@@ -71,7 +72,7 @@ if HAS_TRITON:
                 offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
                 x = tl.load(T + rows_t + offs_k.to(tl.int64)[None, :] * stride_tk,
                             mask=in_m & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-                byte = _e4m3_bits(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K))))
+                byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K))))
                 tl.store(Q + rows_q + offs_k.to(tl.int64)[None, :] * stride_qk, byte.to(tl.uint8),
                          mask=out_m & (offs_k[None, :] < Kp))
         else:
@@ -89,7 +90,7 @@ if HAS_TRITON:
                 tl.store(Scale + offs_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale,
                          mask=offs_m < Mp)
                 v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
-            tl.store(Q + rows_q + offs_k.to(tl.int64)[None, :] * stride_qk, _e4m3_bits(v).to(tl.uint8),
+            tl.store(Q + rows_q + offs_k.to(tl.int64)[None, :] * stride_qk, _e4m3_code(v).to(tl.uint8),
                      mask=out_m & (offs_k[None, :] < Kp))
 
 
