@@ -58,7 +58,7 @@ if HAS_TRITON:
                  qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                  PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
                  SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                 FUSE_DQ: tl.constexpr):
+                 FUSE_DQ: tl.constexpr, DQ_T: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
         k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
         the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
@@ -108,11 +108,14 @@ if HAS_TRITON:
         dk += mma(yq.to(tl.bfloat16), q.to(tl.bfloat16), INTERP) * ys[:, None]
         if FUSE_DQ:  # dQ_i += bf16(dS ∘ s_k)_i · K8, _q_tile's product: bf16 dS has no group scale,
             # so the 128-key tile needs no split along the contraction
-            # as dQᵀ = Kᵀ·dS [D, BM], so that the product is a 128-row wgmma with Kᵀ (bf16, made once
-            # per program: kt) from shared memory, not an M = BM register-operand mma
             dsk = to_bf16(dst * ks[:, None], INTERP)
-            dqt = mma(kt, dsk.to(tl.bfloat16), INTERP)
-            tl.atomic_add(DQA + bh * S * D + offs_m[None, :] * D + offs_d[:, None], dqt, sem="relaxed")
+            if DQ_T:  # as dQᵀ = Kᵀ·dS [D, BM]: a 128-row wgmma with Kᵀ (bf16, made once per program: kt)
+                # from shared memory instead of an M = BM register-operand mma; transposed back before the
+                # atomics (atomics straight from the dQᵀ accumulator wrote wrong addresses on the H200)
+                dqp = tl.trans(mma(kt, dsk.to(tl.bfloat16), INTERP))
+            else:
+                dqp = mma(tl.trans(dsk), k.to(tl.bfloat16), INTERP)
+            tl.atomic_add(DQA + bh * S * D + offs_m[:, None] * D + offs_d[None, :], dqp, sem="relaxed")
         return dk, dv
 
     @triton.jit
@@ -120,7 +123,8 @@ if HAS_TRITON:
                      DV, DQA, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
                      BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                      SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
-                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False):
+                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
+                     DQ_T: tl.constexpr = False):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -131,7 +135,7 @@ if HAS_TRITON:
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
         v = tl.trans(tl.load(VT + rows_t))  # stored dtype (fp8: a quarter of bf16's registers)
-        kt = tl.trans(k.to(tl.bfloat16)) if FUSE_DQ else k  # Kᵀ for dQᵀ (read only with FUSE_DQ)
+        kt = tl.trans(k.to(tl.bfloat16)) if DQ_T else k  # Kᵀ for dQᵀ (read only with DQ_T)
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
         lo = 0
@@ -149,7 +153,7 @@ if HAS_TRITON:
             for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
                 dk, dv = _kv_tile(dk, dv, k, kt, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
                                   offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
+                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, DQ_T)
         if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
@@ -160,7 +164,7 @@ if HAS_TRITON:
         else:
             k_o = k
             ks_o = ks
-        kt_o = tl.trans(k_o.to(tl.bfloat16)) if FUSE_DQ else k_o
+        kt_o = tl.trans(k_o.to(tl.bfloat16)) if DQ_T else k_o
         if V_OFF:
             v_o = tl.trans(tl.load(VBT + rows_t))
             vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BN) + pid_n)
@@ -172,13 +176,13 @@ if HAS_TRITON:
             for start_m in range((pid_n + 1) * BN, hi, BM):
                 dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
+                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, DQ_T)
             if not CAUSAL:
                 for start_m in range(lo, pid_n * BN, BM):
                     dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
                                       start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN,
                                       BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
-                                      FUSE_DQ)
+                                      FUSE_DQ, DQ_T)
         if not V_OFF:
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
@@ -279,7 +283,7 @@ def launch_config(d: int, ds_fmt: str) -> dict:
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": dq}
 
 
-DQ_MODES = ("atomic", "kernel")
+DQ_MODES = ("atomic", "atomic_t", "kernel")  # atomic_t: the dQᵀ product form of atomic
 
 
 def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
@@ -307,10 +311,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
     if dq_mode not in DQ_MODES:
         raise ValueError(f"backward config dq={dq_mode!r}: allowed {', '.join(DQ_MODES)}")
-    if dq_mode == "atomic" and spec.ds != "bf16":
-        raise ValueError(f"backward config dq='atomic' needs dS in bf16, the spec has ds={spec.ds}: its scale "
+    if dq_mode != "kernel" and spec.ds != "bf16":
+        raise ValueError(f"backward config dq={dq_mode!r} needs dS in bf16, the spec has ds={spec.ds}: its scale "
                          f"groups run along keys, across the dK/dV kernel's key tile; use dq='kernel'")
-    fuse = dq_mode == "atomic"
+    fuse = dq_mode != "kernel"
     # fp32 sums of every key tile's dQ rows (zeros: each tile adds into them)
     dqa = torch.zeros(b, hq, seq, d, dtype=torch.float32, device=q.vals.device) if fuse else dk
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
@@ -324,7 +328,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     if which != "dq" or fuse:
         _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, dqa, *scalars, BN=block, BM=sub,
-                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, **common)
+                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse,
+                                              DQ_T=dq_mode == "atomic_t", **common)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:

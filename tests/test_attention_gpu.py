@@ -104,8 +104,9 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     assert _rel(o, ref) <= _tol(spec)
 
 
+@pytest.mark.parametrize("mode", ["atomic", "atomic_t"])
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
+def test_gpu_atomic_dq_matches_the_dq_kernel(spec, mode):
     """The default dS-in-bf16 backward (dQ summed atomically in the dK/dV kernel) against the
     separate dQ kernel on the same operands: the same products, summed in another order."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_fwd
@@ -119,10 +120,10 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     do_op = quantize_operand(do, spec.do, QZ)
     delta = backward_delta(do_op, Operand(o8, o_scale))
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, True, True, 128 ** -0.5, 128)
-    fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "atomic"})
     split = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "kernel"})
+    fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": mode})
     err = _rel(fused[0], split[0])
-    print(f"\n{spec} dQ atomic vs kernel rel-L2 {err:.2e}")
+    print(f"\n{spec} dQ {mode} vs kernel rel-L2 {err:.2e}")
     assert err <= 1e-3 and fused[0].abs().sum() > 0
     # dK, dV: the same arithmetic in both builds of the kernel (the compiler may still contract
     # a multiply-add differently, so not asserted bit for bit here; it is on the CPU)

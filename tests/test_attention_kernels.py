@@ -116,11 +116,12 @@ def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
     do_op = quantize_operand(do, spec.do, QZ)
     delta = backward_delta(do_op, Operand(o8, o_scale))
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, True, 0.125, 128)
-    fused = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "atomic"})
     split = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "kernel"})
-    assert fused[0].abs().sum() > 0
-    assert _rel(fused[0], split[0]) <= 1e-3, f"dQ: rel-L2 {_rel(fused[0], split[0]):.2e}"
-    assert torch.equal(fused[1], split[1]) and torch.equal(fused[2], split[2])
+    for mode in ("atomic", "atomic_t"):
+        fused = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": mode})
+        assert fused[0].abs().sum() > 0
+        assert _rel(fused[0], split[0]) <= 1e-3, f"{mode} dQ: rel-L2 {_rel(fused[0], split[0]):.2e}"
+        assert torch.equal(fused[1], split[1]) and torch.equal(fused[2], split[2])
 
 
 def test_backward_deterministic_mode_takes_the_dq_kernel():
@@ -144,7 +145,7 @@ def test_backward_atomic_dq_refuses_scaled_ds():
     q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
     with pytest.raises(ValueError, match="dq='atomic' needs dS in bf16.*ds=fp8"):
         _atomic_with(spec, q, k, v)
-    with pytest.raises(ValueError, match="dq='fast'.*allowed atomic, kernel"):
+    with pytest.raises(ValueError, match="dq='fast'.*allowed atomic, atomic_t, kernel"):
         _atomic_with(AttentionSpec.parse("fp8"), q, k, v, mode="fast")
 
 
