@@ -104,7 +104,7 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     assert _rel(o, ref) <= _tol(spec)
 
 
-@pytest.mark.parametrize("mode", ["atomic", "atomic_t"])
+@pytest.mark.parametrize("mode", ["atomic", "atomic_t"], ids=["rows", "transposed"])
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
 def test_gpu_atomic_dq_matches_the_dq_kernel(spec, mode):
     """The default dS-in-bf16 backward (dQ summed atomically in the dK/dV kernel) against the

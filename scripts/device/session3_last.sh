@@ -16,8 +16,8 @@ export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unkn
 T="python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
 TAIL=8 phase tests_linear 40 $T tests/test_linear.py -k test_gpu_paths_match_cpu_emulation
 TAIL=40 phase tests_attention 90 $T tests/test_attention_gpu.py tests/test_causal_safety.py \
-  -k "(atomic and not atomic_t) or accuracy or (matches_reference and 128) or (prefix_gpu and fp8)"
-TAIL=8 phase tests_atomic_t 30 $T tests/test_attention_gpu.py -k atomic_t
+  -k "(atomic and rows) or accuracy or (matches_reference and 128) or (prefix_gpu and fp8)"
+TAIL=8 phase tests_atomic_t 30 $T tests/test_attention_gpu.py -k "atomic and transposed"
 if grep -q "FAILED" "$R/tests_attention.log"; then
   echo "NOTE: a backward test failed: this call's copy uses the dQ kernel"
   sed -i 's/dq = "atomic" if atomic_ok else "kernel"/dq = "kernel"/' kernels/attention_bwd.py
