@@ -18,9 +18,13 @@ accumulators fit in registers.
 Partner folding (FLAMIA.md): a per-token scale along a product's contraction axis
 (s_dO in dV, s_q in dK, s_k in dQ) is multiplied into the partner before the
 partner is quantized or rounded, so the stored bytes serve both orientations.
-The backward products run on bf16 tensor cores (FP8 values are exact in bf16);
-only the score recompute is an FP8 product. GQA: one dK/dV program loops over
-the query heads that share its K/V head, so no atomics are needed.
+The score recompute and, in the dK/dV kernel, dP = V·dOᵀ (both operands per-token fp8,
+D contiguous) are FP8 products; the rest run on bf16 tensor cores (FP8 values are exact in
+bf16). Hopper's FP8 MMA accumulates with reduced precision, so the dQ kernel's bf16 dP and the
+dK/dV kernel's FP8 dP give dQ's 1.3e-3 apart (H200, S = 2048); both match the reference.
+GQA: one dK/dV program loops over the query heads that share its K/V head, so no atomics
+are needed (config dq="atomic", a benchmark option, adds dQ atomically instead, see
+`launch_config`).
 
 Document masking (HAS_DOC): each sub-tile ANDs "same document" into its mask (and r, as in
 the forward, is over the keys the row sees). dK/dV programs stop after the last query sub-tile
@@ -54,11 +58,11 @@ if HAS_TRITON:
         return m, linv, delta, do, sdo
 
     @triton.jit
-    def _kv_tile(dk, dv, k, kt, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
+    def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
                  qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
                  PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
                  SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                 FUSE_DQ: tl.constexpr, DQ_T: tl.constexpr):
+                 FUSE_DQ: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
         k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
         the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
@@ -98,7 +102,7 @@ if HAS_TRITON:
         w = r * prs * sdo * linv  # dO's row factor: r·prs/l (P's dequantization) and s_dO (folded)
         dob = to_bf16(do.to(tl.float32) * w[:, None], INTERP)
         dv += mma(pq_t, dob, INTERP)
-        if v.dtype == do.dtype:  # fp8 V and dO: an FP8 product, exact (both K-major: D is contiguous)
+        if v.dtype == do.dtype:  # fp8 V and dO: an FP8 product (both K-major: D is contiguous)
             dpt = mma(v, tl.trans(do), INTERP)
         else:
             dpt = mma(v.to(tl.bfloat16), tl.trans(do.to(tl.bfloat16)), INTERP)
@@ -109,12 +113,7 @@ if HAS_TRITON:
         if FUSE_DQ:  # dQ_i += bf16(dS ∘ s_k)_i · K8, _q_tile's product: bf16 dS has no group scale,
             # so the 128-key tile needs no split along the contraction
             dsk = to_bf16(dst * ks[:, None], INTERP)
-            if DQ_T:  # as dQᵀ = Kᵀ·dS [D, BM]: a 128-row wgmma with Kᵀ (bf16, made once per program: kt)
-                # from shared memory instead of an M = BM register-operand mma; transposed back before the
-                # atomics (atomics straight from the dQᵀ accumulator wrote wrong addresses on the H200)
-                dqp = tl.trans(mma(kt, dsk.to(tl.bfloat16), INTERP))
-            else:
-                dqp = mma(tl.trans(dsk), k.to(tl.bfloat16), INTERP)
+            dqp = mma(tl.trans(dsk), k.to(tl.bfloat16), INTERP)
             tl.atomic_add(DQA + bh * S * D + offs_m[:, None] * D + offs_d[None, :], dqp, sem="relaxed")
         return dk, dv
 
@@ -123,8 +122,7 @@ if HAS_TRITON:
                      DV, DQA, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
                      BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                      SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
-                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
-                     DQ_T: tl.constexpr = False):
+                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False):
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -135,7 +133,6 @@ if HAS_TRITON:
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
         v = tl.trans(tl.load(VT + rows_t))  # stored dtype (fp8: a quarter of bf16's registers)
-        kt = tl.trans(k.to(tl.bfloat16)) if DQ_T else k  # Kᵀ for dQᵀ (read only with DQ_T)
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
         lo = 0
@@ -151,9 +148,9 @@ if HAS_TRITON:
         for g in range(G):  # the diagonal, for every query head sharing this K/V head: per-token K, V
             bh = bhk * G + g
             for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
-                dk, dv = _kv_tile(dk, dv, k, kt, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
+                dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
                                   offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, DQ_T)
+                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
         if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
@@ -164,7 +161,6 @@ if HAS_TRITON:
         else:
             k_o = k
             ks_o = ks
-        kt_o = tl.trans(k_o.to(tl.bfloat16)) if DQ_T else k_o
         if V_OFF:
             v_o = tl.trans(tl.load(VBT + rows_t))
             vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BN) + pid_n)
@@ -174,15 +170,15 @@ if HAS_TRITON:
         for g in range(G):  # off the diagonal: the token-block copies
             bh = bhk * G + g
             for start_m in range((pid_n + 1) * BN, hi, BM):
-                dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
+                dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, DQ_T)
+                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
             if not CAUSAL:
                 for start_m in range(lo, pid_n * BN, BM):
-                    dk, dv = _kv_tile(dk, dv, k_o, kt_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
+                    dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
                                       start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN,
                                       BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
-                                      FUSE_DQ, DQ_T)
+                                      FUSE_DQ)
         if not V_OFF:
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
@@ -270,20 +266,18 @@ def launch_config(d: int, ds_fmt: str) -> dict:
     accumulators), and 32-long sub-tiles where dS's format allows it (bf16, mxfp8: no per-group
     scale): measured on the H200 at S=8k, D=128, 17.0 ms against 19.3 ms (64) and 39.6 ms (128,
     spills). The interpreter keeps DS_TILE: fewer, larger steps run faster there.
-    dq: "atomic" (dS in bf16: the dK/dV kernel adds dQ into an fp32 buffer, so S and dP are
-    computed once, not twice; dQ's fp32 sums then land in a run-dependent order on the GPU) or
-    "kernel" (the separate dQ kernel: bit-reproducible, and the only way for fp8 / nvfp4 dS,
-    whose scale groups run along keys). Under `torch.use_deterministic_algorithms(True)`
-    always "kernel", as PyTorch's own backward kernels do."""
-    atomic_ok = ds_fmt == "bf16" and not torch.are_deterministic_algorithms_enabled()
-    dq = "atomic" if atomic_ok else "kernel"
+    dq: "kernel", the separate dQ kernel (bit-reproducible; the only way for fp8 / nvfp4 dS,
+    whose scale groups run along keys). "atomic" (dS in bf16, benchmark sweeps) has the dK/dV
+    kernel add dQ into an fp32 buffer, so S and dP are computed once: on the H200 it measured the
+    same 15.1 ms as the two kernels at S = 8k (the fused program spills more registers), with
+    run-dependent fp32 sums, so it is not the default."""
     if INTERPRET:
-        return {"num_warps": 4, "num_stages": 1, "dq": dq}
+        return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
-    return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": dq}
+    return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
-DQ_MODES = ("atomic", "atomic_t", "kernel")  # atomic_t: the dQᵀ product form of atomic
+DQ_MODES = ("kernel", "atomic")
 
 
 def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
@@ -311,10 +305,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
     if dq_mode not in DQ_MODES:
         raise ValueError(f"backward config dq={dq_mode!r}: allowed {', '.join(DQ_MODES)}")
-    if dq_mode != "kernel" and spec.ds != "bf16":
+    if dq_mode == "atomic" and spec.ds != "bf16":
         raise ValueError(f"backward config dq={dq_mode!r} needs dS in bf16, the spec has ds={spec.ds}: its scale "
                          f"groups run along keys, across the dK/dV kernel's key tile; use dq='kernel'")
-    fuse = dq_mode != "kernel"
+    if dq_mode == "atomic" and torch.are_deterministic_algorithms_enabled():
+        raise RuntimeError("backward config dq='atomic' sums dQ with atomics in a run-dependent order and "
+                           "torch.use_deterministic_algorithms(True) is set; use dq='kernel'")
+    fuse = dq_mode == "atomic"
     # fp32 sums of every key tile's dQ rows (zeros: each tile adds into them)
     dqa = torch.zeros(b, hq, seq, d, dtype=torch.float32, device=q.vals.device) if fuse else dk
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
@@ -328,8 +325,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     if which != "dq" or fuse:
         _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, dqa, *scalars, BN=block, BM=sub,
-                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse,
-                                              DQ_T=dq_mode == "atomic_t", **common)
+                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, **common)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:

@@ -35,6 +35,7 @@ import argparse
 import datetime
 import gc
 import json
+import os
 import re
 import shlex
 import statistics
@@ -244,9 +245,12 @@ def run_row(args, env, recipe: str, seq_len: int) -> dict:
 # ---------------------------------------------------------------------- entry point
 
 def _meta(args, device: torch.device) -> dict:
+    # FLAMIA_COMMIT first: the device machines get a copy of the tree whose .git, where one is left
+    # from an earlier call, names another commit (a run labelled 4e8fe1d ran e7b3f6e)
+    commit = os.environ.get("FLAMIA_COMMIT", "")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or "unknown"
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                          text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

