@@ -1,0 +1,171 @@
+"""Registers and spills of the FLAMIA attention kernels on sm_90, compiled on a machine without a GPU.
+
+    python scripts/kernel_registers.py                         # fwd, dkdv, dq at their default launch
+    python scripts/kernel_registers.py --kernels dkdv --configs 8x2x32 8x1x32 8x2x16:atomic
+    python scripts/kernel_registers.py --spec nvfp4-fp8 --dim 64 --no-off-diagonal
+
+Why: the backward kernels were 2.6x cuDNN's time on the H200, and the device hours are few.
+Triton compiles for a named target without a driver (`triton.compile(ASTSource, GPUTarget("cuda",
+90, 32))`), and its wheel ships `ptxas`, whose `-v` report gives the registers per thread and the
+bytes spilled to local memory: a kernel that spills is slow before any timing says so. Each
+config is compiled for the constexprs the real launch would pass (`attention_fwd.launch_config`,
+`attention_bwd.launch_config`, the spec's formats); the argument dtypes follow the spec (fp8 bytes
+for fp8 operands, bf16 values for emulated ones).
+
+Configs: WARPSxSTAGES[xSUB][:atomic] as scripts/bench_attention.py takes them (SUB: the backward's
+sub-tile; `:atomic`: dQ summed inside the dK/dV kernel). This reports the compiler's view only:
+speed is measured on the GPU (scripts/bench_attention.py --profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_kernels():
+    """flamia_kernels from this checkout (the repo's kernels/ directory is the package), built for
+    the GPU: TRITON_INTERPRET is dropped before the first import (a process that already imported
+    the kernels under the interpreter cannot compile them; run this script as its own process)."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        import flamia_kernels  # noqa: F401
+    except ImportError:
+        link = Path(tempfile.mkdtemp()) / "flamia_kernels"
+        link.symlink_to(ROOT / "kernels")
+        sys.path.insert(0, str(link.parent))
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels.attention_quant import fmt_code
+    from flamia_kernels.formats import FP8_TINY
+    from flamia_kernels.spec import SEQ_BLOCK, AttentionSpec
+
+    return attention_fwd, attention_bwd, fmt_code, FP8_TINY, SEQ_BLOCK, AttentionSpec
+
+
+def parse_config(text: str) -> dict:
+    """"8x2x32:atomic" -> {"num_warps": 8, "num_stages": 2, "sub": 32, "dq": "atomic"}."""
+    spec, *extras = text.split(":")
+    parts = spec.split("x")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic], e.g. 8x2x32")
+    cfg = {"num_warps": int(parts[0]), "num_stages": int(parts[1])}
+    if len(parts) == 3:
+        cfg["sub"] = int(parts[2])
+    for extra in extras:
+        if extra != "atomic":
+            raise argparse.ArgumentTypeError(f"config {text!r}: unknown part {extra!r}; allowed: atomic")
+        cfg["dq"] = "atomic"
+    return cfg
+
+
+def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
+    """Triton signature of a jit function: constexprs by name, pointers by name, scalars by kind."""
+    scalars = {"S": "i32", "G": "i32", "HKV": "i32", "qk_scale": "fp32", "sm_scale": "fp32", "P_GLOB": "fp32"}
+    sig = {}
+    for name in inspect.signature(fn).parameters:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in scalars:
+            sig[name] = scalars[name]
+        else:
+            sig[name] = pointer_types.get(name, "*fp32")
+    return sig
+
+
+def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
+    """{"registers", "spill_stores", "spill_loads"} from the bundled ptxas's -v output."""
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        out = subprocess.run([str(ptxas), f"-arch={arch}", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    text = out.stdout + out.stderr
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if not regs or not spill:
+        raise RuntimeError(f"ptxas -v printed no register report:\n{text}")
+    return {"registers": int(regs.group(1)), "spill_stores": int(spill.group(1)),
+            "spill_loads": int(spill.group(2))}
+
+
+def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: bool, off_diagonal: bool,
+                   safeguards: bool) -> dict:
+    """Compile one kernel at one launch config for sm_90 and return ptxas's report."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fwd, bwd, fmt_code, tiny, block, AttentionSpec = _import_kernels()
+    spec = AttentionSpec.parse(spec_name)
+    val = lambda fmt: "*fp8e4nv" if fmt == "fp8" else "*bf16"  # noqa: E731  stored operand dtype
+    pointers = {"Q": val(spec.qk), "K": val(spec.qk), "KB": val(spec.qk), "VT": val(spec.pv),
+                "VBT": val(spec.pv), "DO": val(spec.do), "O": "*bf16", "O8": "*u8", "DK": "*bf16",
+                "DV": "*bf16", "DQ": "*bf16", "DOC": "*i32", "DSTART": "*i32", "DEND": "*i32"}
+    # fp8 K and V carry their off-diagonal token-block copies (attention_operands._key_side)
+    common = dict(D=dim, CAUSAL=causal, TINY=tiny, INTERP=False, HAS_DOC=False,
+                  K_OFF=off_diagonal and spec.qk == "fp8", V_OFF=off_diagonal and spec.pv == "fp8")
+    cfg = dict(cfg)
+    if kernel == "fwd":
+        fn = fwd._fwd_kernel
+        defaults = fwd.launch_config(dim, spec.emulated)
+        consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16")
+    else:
+        defaults = bwd.launch_config(dim, spec.ds)
+        sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
+        consts = dict(common, DS_FMT=fmt_code(spec.ds))
+        if kernel == "dkdv":
+            fn = bwd._dkdv_kernel
+            consts.update(BN=block, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse)
+        else:
+            fn = bwd._dq_kernel
+            consts.update(BM=block, BN=sub)
+    options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
+    src = ASTSource(fn=fn, signature=_signature(fn.fn, consts, pointers), constexprs=consts)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    label = f"{options['num_warps']}x{options['num_stages']}"
+    if kernel != "fwd":
+        label += f"x{sub}" + (":atomic" if fuse else "")
+    return {"config": label, **ptxas_report(compiled.asm["ptx"])}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq"), default=["fwd", "dkdv", "dq"])
+    ap.add_argument("--configs", nargs="*", type=parse_config, default=[],
+                    help="launch configs to add to each kernel's default, e.g. 8x2x32 8x1x16:atomic")
+    ap.add_argument("--spec", default="fp8", help="an AttentionSpec preset or per-operand string")
+    ap.add_argument("--dim", type=int, default=128, choices=(64, 128))
+    ap.add_argument("--non-causal", action="store_true")
+    ap.add_argument("--no-off-diagonal", action="store_true", help="per-token K/V on every tile (doc masking)")
+    ap.add_argument("--leaky", action="store_true", help="safeguards=False")
+    args = ap.parse_args(argv)
+    print(f"sm_90, spec {args.spec}, D={args.dim}, causal={not args.non_causal}, "
+          f"off-diagonal copies={not args.no_off_diagonal}")
+    print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
+    for kernel in args.kernels:
+        for cfg in [{}, *args.configs]:
+            if kernel == "fwd" and ("sub" in cfg or "dq" in cfg):
+                continue
+            r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
+                               not args.leaky)
+            label = r["config"] + ("" if cfg else " (default)")
+            print(f"{kernel:6s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
