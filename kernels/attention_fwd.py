@@ -49,6 +49,25 @@ if HAS_TRITON:
     from .attention_quant import finite_row_max, fp8_row_bytes, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
+    def _key_rows(P, off, start, offs_d, S, D: tl.constexpr, BLOCK: tl.constexpr, BPTR: tl.constexpr):
+        """The [BLOCK, D] rows start.. of a row-major [S, D] slice at P + off (K's layout). BPTR: a
+        block pointer, so no [BLOCK, D] address tensor is held in registers (launch option)."""
+        if BPTR:
+            return tl.load(tl.make_block_ptr(P + off, (S, D), (D, 1), (start, 0), (BLOCK, D), (1, 0)))
+        else:
+            cols = start + tl.arange(0, BLOCK)
+            return tl.load(P + off + cols[:, None] * D + offs_d[None, :])
+
+    @triton.jit
+    def _key_cols(P, off, start, offs_d, S, D: tl.constexpr, BLOCK: tl.constexpr, BPTR: tl.constexpr):
+        """The [D, BLOCK] columns start.. of a [D, S] slice at P + off (Vᵀ's layout, K-major)."""
+        if BPTR:
+            return tl.load(tl.make_block_ptr(P + off, (D, S), (S, 1), (0, start), (D, BLOCK), (1, 0)))
+        else:
+            cols = start + tl.arange(0, BLOCK)
+            return tl.load(P + off + offs_d[:, None] * S + cols[None, :])
+
+    @triton.jit
     def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                    TINY: tl.constexpr, INTERP: tl.constexpr):
         """acc·α + P·V for per-token V scales: x = p·s_v[j]/r_i (<= 256) quantized per `pv`."""
@@ -99,16 +118,18 @@ if HAS_TRITON:
     def _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off, kvs_off, kvb_off,
                       start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr,
                       PV_FMT: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, K_OFF: tl.constexpr,
-                      V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
+                      V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                      BPTR: tl.constexpr):
         """A key tile wholly left of (or, non-causal, right of) the diagonal. acc is in units of
-        cv (V's tile scale of the last chained product; 1 without V_OFF)."""
+        cv (V's tile scale of the last chained product; 1 without V_OFF). BPTR: K and Vᵀ tiles
+        through block pointers (a launch option, see `launch_config`)."""
         cols = start + tl.arange(0, BLOCK)
         if K_OFF:  # one K scale for the tile: S = dot · c_i, fused into exp2's FMA
-            k = tl.load(KB + kv_off + cols[:, None] * D + offs_d[None, :])
+            k = _key_rows(KB, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             c = qs * tl.load(KBS + kvb_off + start // BLOCK)
             s = mma(q, tl.trans(k), INTERP)
         else:
-            k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])
+            k = _key_rows(K, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             ks = tl.load(KS + kvs_off + cols)
             s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
         if HAS_DOC:
@@ -126,7 +147,7 @@ if HAS_TRITON:
             p = tl.exp2(s - (m_use - 8.0)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if V_OFF:  # one V scale for the tile: P8 = E4M3(p), the product chains in units of vsb
-            vt = tl.load(VBT + kv_off + offs_d[:, None] * S + cols[None, :])
+            vt = _key_cols(VBT, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             vsb = tl.load(VBS + kvb_off + start // BLOCK)
             p8 = p_fp8_scaled(p, INTERP)
             carry = acc * (alpha * (cv / vsb))[:, None]
@@ -142,7 +163,7 @@ if HAS_TRITON:
                 if SAFE:  # r over the keys the row sees
                     r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
                     r = tl.where(r > 0.0, r, 1.0)
-            vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])
+            vt = _key_cols(VT, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK, PV_FMT, TINY, INTERP)
         return acc, m_new, l_i, cv
 
@@ -151,7 +172,7 @@ if HAS_TRITON:
                     P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
-                    V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False):
+                    V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
@@ -183,7 +204,7 @@ if HAS_TRITON:
             acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off,
                                               bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC,
                                               doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF, CHAIN, TINY,
-                                              INTERP)
+                                              INTERP, BPTR)
         acc = acc * cv  # back to true units for the per-token diagonal product
         cv = cv * 0.0 + 1.0
         acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, diag, offs_m,
@@ -194,7 +215,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS,
                                                   kv_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc,
                                                   DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
-                                                  CHAIN, TINY, INTERP)
+                                                  CHAIN, TINY, INTERP, BPTR)
             acc = acc * cv
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
@@ -209,7 +230,10 @@ if HAS_TRITON:
 
 def launch_config(d: int, emulated: bool) -> dict:
     """num_warps / num_stages: 128×128 tiles, 8 warps, 3 stages on sm_90 (FLAMIA.md); the
-    emulated formats hold wider register tiles, so they pipeline one stage less."""
+    emulated formats hold wider register tiles, so they pipeline one stage less. Benchmark
+    options on top: CHAIN (one accumulator chained through the P·V products) and BPTR (the
+    off-diagonal K and Vᵀ tiles through block pointers: compiled for sm_90 the kernel then
+    spills 584 bytes per thread instead of 1,524, scripts/kernel_registers.py; not yet timed)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1}
     return {"num_warps": 8, "num_stages": 2 if emulated else 3}

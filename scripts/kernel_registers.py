@@ -12,8 +12,9 @@ config is compiled for the constexprs the real launch would pass (`attention_fwd
 `attention_bwd.launch_config`, the spec's formats); the argument dtypes follow the spec (fp8 bytes
 for fp8 operands, bf16 values for emulated ones).
 
-Configs: WARPSxSTAGES[xSUB][:atomic] as scripts/bench_attention.py takes them (SUB: the backward's
-sub-tile; `:atomic`: dQ summed inside the dK/dV kernel). This reports the compiler's view only:
+Configs: WARPSxSTAGES[xSUB][:atomic][:bptr] as scripts/bench_attention.py takes them (SUB: the
+backward's sub-tile; `:atomic`: dQ summed inside the dK/dV kernel; `:bptr`: the forward's
+off-diagonal K/V tiles through block pointers). This reports the compiler's view only:
 speed is measured on the GPU (scripts/bench_attention.py --profile).
 """
 
@@ -55,14 +56,17 @@ def parse_config(text: str) -> dict:
     spec, *extras = text.split(":")
     parts = spec.split("x")
     if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic], e.g. 8x2x32")
+        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic][:bptr], e.g. 8x2x32")
     cfg = {"num_warps": int(parts[0]), "num_stages": int(parts[1])}
     if len(parts) == 3:
         cfg["sub"] = int(parts[2])
     for extra in extras:
-        if extra != "atomic":
-            raise argparse.ArgumentTypeError(f"config {text!r}: unknown part {extra!r}; allowed: atomic")
-        cfg["dq"] = "atomic"
+        if extra == "atomic":
+            cfg["dq"] = "atomic"
+        elif extra == "bptr":
+            cfg["BPTR"] = True
+        else:
+            raise argparse.ArgumentTypeError(f"config {text!r}: unknown part {extra!r}; allowed: atomic, bptr")
     return cfg
 
 
@@ -121,7 +125,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     if kernel == "fwd":
         fn = fwd._fwd_kernel
         defaults = fwd.launch_config(dim, spec.emulated)
-        consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16")
+        consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16",
+                      BPTR=cfg.pop("BPTR", False))
     else:
         defaults = bwd.launch_config(dim, spec.ds)
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
@@ -135,7 +140,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
     src = ASTSource(fn=fn, signature=_signature(fn.fn, consts, pointers), constexprs=consts)
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    label = f"{options['num_warps']}x{options['num_stages']}"
+    label = f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
     if kernel != "fwd":
         label += f"x{sub}" + (":atomic" if fuse else "")
     return {"config": label, **ptxas_report(compiled.asm["ptx"])}
@@ -157,8 +162,8 @@ def main(argv=None) -> int:
     print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
-            if kernel == "fwd" and ("sub" in cfg or "dq" in cfg):
-                continue
+            if kernel == "fwd" and ("sub" in cfg or "dq" in cfg) or kernel != "fwd" and "BPTR" in cfg:
+                continue  # a backward-only option for the forward, or the forward's for the backward
             r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
                                not args.leaky)
             label = r["config"] + ("" if cfg else " (default)")

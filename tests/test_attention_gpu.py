@@ -132,3 +132,21 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     # dK, dV: the same arithmetic in both builds of the kernel (measured bit-identical on the H200;
     # the compiler may contract a multiply-add differently, so not asserted bit for bit here)
     assert _rel(fused[1], split[1]) <= 1e-5 and _rel(fused[2], split[2]) <= 1e-5
+
+
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+def test_gpu_forward_block_pointer_option_is_bit_identical(spec):
+    """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) against the default loads."""
+    from flamia_kernels import AttentionSpec, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=7)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    base = attention_fwd.launch_config(128, spec.emulated)
+    plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=base)
+    bptr = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True,
+                                 config={**base, "BPTR": True})
+    for a, b in zip(plain, bptr, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)

@@ -155,6 +155,24 @@ def _atomic_with(spec, q, k, v, mode="atomic"):
                                   config={"dq": mode})
 
 
+@pytest.mark.parametrize("spec,causal", [("fp8", True), ("fp8", False), ("nvfp4-fp8", True), ("mxfp8", True)])
+def test_forward_block_pointer_option_is_bit_identical(spec, causal):
+    """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) reads the same bytes."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=21)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
+    plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True,
+                                  config={"num_warps": 4, "num_stages": 1})
+    bptr = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True,
+                                 config={"num_warps": 4, "num_stages": 1, "BPTR": True})
+    for a, b in zip(plain, bptr, strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
 def test_cpu_without_interpreter_runs_the_reference(monkeypatch):
     """Dispatch: where Triton cannot run, a quantized spec runs reference.attention."""
     q, k, v, do = _inputs(1, 2, 1, 128, 64, seed=9)

@@ -31,3 +31,7 @@ def test_reports_the_dq_kernel_on_sm90():
     assert len(row) == 1 and "8x2x32 (default)" in row[0], out.stdout
     regs, stores, loads = (int(x) for x in row[0].split()[-3:])
     assert 0 < regs <= 255 and stores >= 0 and loads >= 0
+
+
+def test_parse_config_forward_option():
+    assert parse_config("8x3:bptr") == {"num_warps": 8, "num_stages": 3, "BPTR": True}
