@@ -59,15 +59,18 @@ if HAS_TRITON:
 
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
-                 qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr,
-                 PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, FOLD: tl.constexpr,
-                 SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                 FUSE_DQ: tl.constexpr):
+                 qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb, D: tl.constexpr, BN: tl.constexpr,
+                 BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
+                 FOLD: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
+                 INTERP: tl.constexpr, FUSE_DQ: tl.constexpr, R_PRE: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
         k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
         the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
         was folded into P (the caller divides dV by s_v after these sub-tiles). FUSE_DQ (dS in
-        bf16 only): also add this sub-tile's dQ rows into the fp32 DQA with atomics."""
+        bf16 only): also add this sub-tile's dQ rows into the fp32 DQA with atomics. R_PRE: the
+        fold's row factor r comes precomputed over the forward's whole key tile (RD: per query
+        row on the causal diagonal, at rd_off; RB: the tile's max, element rb), which a BN-key
+        program narrower than that tile cannot see."""
         offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
@@ -83,7 +86,13 @@ if HAS_TRITON:
             st = tl.where(keep, st, float("-inf"))
         m_use = finite_row_max(m, HAS_DOC)
         pt = tl.exp2(st - (m_use - 8.0)[None, :])  # (BN, BM), ×256 as in the forward
-        if FOLD:
+        if FOLD and R_PRE:  # (no document masking here: `backward` refuses it)
+            if SAFE and DIAG:  # max of s_v over the tile's keys j <= i
+                r = tl.load(RD + rd_off + offs_m)
+            else:  # the whole tile (off the diagonal, non-causal, or leaky)
+                r = tl.zeros([BM], tl.float32) + tl.load(RB + rb)
+            xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
+        elif FOLD:
             r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
             if SAFE:
                 if DIAG or HAS_DOC:  # the keys row i sees
@@ -119,10 +128,12 @@ if HAS_TRITON:
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
-                     DV, DQA, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
+                     DV, DQA, RD, RB, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
                      BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                      SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
-                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False):
+                     K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
+                     TB: tl.constexpr = 128, R_PRE: tl.constexpr = False):
+        """dK, dV of one BN-key tile, BN = TB (the forward's tile) or a part of it (R_PRE then)."""
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -145,40 +156,46 @@ if HAS_TRITON:
                 lo = tl.load(DSTART + doc_off + pid_n * BN) // BM * BM
         else:
             kdoc = offs_n
-        for g in range(G):  # the diagonal, for every query head sharing this K/V head: per-token K, V
+        t = pid_n * BN // TB  # the forward's key tile holding this program's keys
+        rd_off = bhk * S
+        rb = bhk * (S // TB) + t
+        # the diagonal: queries of tile t (from this program's first key when causal: earlier rows see
+        # none of its keys), for every query head sharing this K/V head: per-token K, V
+        for g in range(G):
             bh = bhk * G + g
-            for start_m in range(pid_n * BN, (pid_n + 1) * BN, BM):
+            for start_m in range(pid_n * BN if CAUSAL else t * TB, (t + 1) * TB, BM):
                 dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
-                                  offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
+                                  offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb, D, BN,
+                                  BM, PV_FMT, DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, R_PRE)
         if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
         # loaded only now so the per-token tiles' registers are free again.
         if K_OFF:
             k_o = tl.load(KB + rows)
-            ks_o = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // BN) + pid_n)
+            ks_o = tl.zeros([BN], tl.float32) + tl.load(KBS + rb)
         else:
             k_o = k
             ks_o = ks
         if V_OFF:
             v_o = tl.trans(tl.load(VBT + rows_t))
-            vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BN) + pid_n)
+            vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + rb)
         else:
             v_o = v
             vs_o = vs
         for g in range(G):  # off the diagonal: the token-block copies
             bh = bhk * G + g
-            for start_m in range((pid_n + 1) * BN, hi, BM):
+            for start_m in range((t + 1) * TB, hi, BM):
                 dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
-                                  offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN, BM, PV_FMT,
-                                  DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ)
+                                  offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb,
+                                  D, BN, BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
+                                  FUSE_DQ, R_PRE)
             if not CAUSAL:
-                for start_m in range(lo, pid_n * BN, BM):
+                for start_m in range(lo, t * TB, BM):
                     dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
-                                      start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, D, BN,
-                                      BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
-                                      FUSE_DQ)
+                                      start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB,
+                                      rd_off, rb, D, BN, BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY,
+                                      INTERP, FUSE_DQ, R_PRE)
         if not V_OFF:
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
@@ -280,6 +297,16 @@ def launch_config(d: int, ds_fmt: str) -> dict:
 DQ_MODES = ("kernel", "atomic")
 
 
+def _fold_rows(v_scale: torch.Tensor, block: int, causal: bool):
+    """The V fold's row factors over each forward key tile, for dK/dV programs narrower than it:
+    (per query row, the max of s_v over the tile's keys j <= i [B, Hkv, S]; the tile's max
+    [B, Hkv, S // block]). Non-causal rows see the whole tile: both are the tile max then."""
+    tiles = v_scale.float().reshape(*v_scale.shape[:2], -1, block)
+    r_tile = tiles.amax(-1)
+    r_diag = tiles.cummax(-1).values if causal else r_tile[..., None].expand_as(tiles)
+    return r_diag.reshape(*v_scale.shape[:2], -1).contiguous(), r_tile.contiguous()
+
+
 def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
              block: int, config: dict | None = None, doc=None):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
@@ -290,7 +317,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     block: the forward tile (SEQ_BLOCK); the sub-tiles along each product's contraction are
     DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
     (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "which"
-    ("dkdv" or "dq" alone), "dq" (DQ_MODES, see `launch_config`). doc: None, or
+    ("dkdv" or "dq" alone), "dq" (DQ_MODES, see `launch_config`), "bn" (keys per dK/dV
+    program: the forward's tile, or half of it: compiled for sm_90, 8 warps, it spills ~300
+    bytes per thread instead of ~1,400, scripts/kernel_registers.py; not yet timed). doc: None, or
     `document.doc_tables(doc_ids)` as the forward got it.
     """
     b, hq, seq, d = q.vals.shape
@@ -301,6 +330,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     config = dict(config or defaults)
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     dq_mode = config.pop("dq", defaults["dq"])
+    bn = config.pop("bn", block)
+    if bn not in (block, block // 2) or bn < sub:
+        raise ValueError(f"backward config bn={bn}: allowed {block} (the forward's tile) or {block // 2}, "
+                         f"and at least the sub-tile ({sub})")
+    if bn != block and doc is not None:
+        raise ValueError(f"backward config bn={bn} with document masking: the fold's row factor then depends "
+                         f"on the documents; use bn={block}")
     if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
         raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
     if dq_mode not in DQ_MODES:
@@ -323,9 +359,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
+    r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block else (moff, moff)  # unread at bn=block
     if which != "dq" or fuse:
-        _dkdv_kernel[(seq // block, b * hkv)](*args, dk, dv, dqa, *scalars, BN=block, BM=sub,
-                                              PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, **common)
+        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, *scalars, BN=bn, BM=sub,
+                                           PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
+                                           R_PRE=bn != block, **common)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:

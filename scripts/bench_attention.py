@@ -261,7 +261,8 @@ def _configs(text: str) -> list[dict]:
     """"8x3,4x4x32,8x3:fresh,8x2x32:kernel:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x
     stages [x backward sub-tile], then any of :fresh (forward: a fresh P·V product per tile), :bptr
     (forward: block-pointer K/V loads off the diagonal), :atomic / :kernel (backward: dQ summed
-    atomically in the dK/dV kernel, or its own kernel), :dkdv / :dq (one backward kernel)."""
+    atomically in the dK/dV kernel, or its own kernel), :half (backward: dK/dV programs of 64 keys),
+    :dkdv / :dq (one backward kernel)."""
     out = []
     for part in filter(None, text.split(",")):
         spec, *extras = part.split(":")
@@ -274,13 +275,15 @@ def _configs(text: str) -> list[dict]:
                 cfg["CHAIN"] = False
             elif extra == "bptr":
                 cfg["BPTR"] = True
+            elif extra == "half":
+                cfg["bn"] = 64
             elif extra in ("atomic", "kernel"):
                 cfg["dq"] = extra
             elif extra in ("dkdv", "dq"):
                 cfg["which"] = extra
             else:
                 raise argparse.ArgumentTypeError(
-                    f"config {part!r}: unknown part {extra!r}; allowed fresh, bptr, atomic, kernel, dkdv, dq")
+                    f"config {part!r}: unknown part {extra!r}; allowed fresh, bptr, half, atomic, kernel, dkdv, dq")
         out.append(cfg)
     return out
 

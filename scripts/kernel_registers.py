@@ -12,9 +12,9 @@ config is compiled for the constexprs the real launch would pass (`attention_fwd
 `attention_bwd.launch_config`, the spec's formats); the argument dtypes follow the spec (fp8 bytes
 for fp8 operands, bf16 values for emulated ones).
 
-Configs: WARPSxSTAGES[xSUB][:atomic][:bptr] as scripts/bench_attention.py takes them (SUB: the
-backward's sub-tile; `:atomic`: dQ summed inside the dK/dV kernel; `:bptr`: the forward's
-off-diagonal K/V tiles through block pointers). This reports the compiler's view only:
+Configs: WARPSxSTAGES[xSUB][:atomic][:half][:bptr] as scripts/bench_attention.py takes them (SUB:
+the backward's sub-tile; `:atomic`: dQ summed inside the dK/dV kernel; `:half`: dK/dV programs of
+64 keys; `:bptr`: the forward's off-diagonal K/V tiles through block pointers). This reports the compiler's view only:
 speed is measured on the GPU (scripts/bench_attention.py --profile).
 """
 
@@ -56,7 +56,7 @@ def parse_config(text: str) -> dict:
     spec, *extras = text.split(":")
     parts = spec.split("x")
     if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic][:bptr], e.g. 8x2x32")
+        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic][:half][:bptr], e.g. 8x2x32")
     cfg = {"num_warps": int(parts[0]), "num_stages": int(parts[1])}
     if len(parts) == 3:
         cfg["sub"] = int(parts[2])
@@ -65,8 +65,11 @@ def parse_config(text: str) -> dict:
             cfg["dq"] = "atomic"
         elif extra == "bptr":
             cfg["BPTR"] = True
+        elif extra == "half":
+            cfg["bn"] = 64
         else:
-            raise argparse.ArgumentTypeError(f"config {text!r}: unknown part {extra!r}; allowed: atomic, bptr")
+            raise argparse.ArgumentTypeError(
+                f"config {text!r}: unknown part {extra!r}; allowed: atomic, bptr, half")
     return cfg
 
 
@@ -130,10 +133,12 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     else:
         defaults = bwd.launch_config(dim, spec.ds)
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
+        bn = cfg.pop("bn", block)
         consts = dict(common, DS_FMT=fmt_code(spec.ds))
         if kernel == "dkdv":
             fn = bwd._dkdv_kernel
-            consts.update(BN=block, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse)
+            consts.update(BN=bn, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
+                          R_PRE=bn != block)
         else:
             fn = bwd._dq_kernel
             consts.update(BM=block, BN=sub)
@@ -142,7 +147,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     label = f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
     if kernel != "fwd":
-        label += f"x{sub}" + (":atomic" if fuse else "")
+        label += f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
     return {"config": label, **ptxas_report(compiled.asm["ptx"])}
 
 
@@ -162,7 +167,7 @@ def main(argv=None) -> int:
     print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
-            if kernel == "fwd" and ("sub" in cfg or "dq" in cfg) or kernel != "fwd" and "BPTR" in cfg:
+            if kernel == "fwd" and ({"sub", "dq", "bn"} & set(cfg)) or kernel != "fwd" and "BPTR" in cfg:
                 continue  # a backward-only option for the forward, or the forward's for the backward
             r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
                                not args.leaky)

@@ -173,6 +173,56 @@ def test_forward_block_pointer_option_is_bit_identical(spec, causal):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
+@pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [
+    ("fp8", True, True, 4, 2), ("fp8", False, True, 2, 1), ("nvfp4-fp8", True, True, 2, 2),
+    ("mxfp8", True, True, 2, 1), ("fp8", True, False, 2, 1), ("qk=fp8,pv=bf16,do=fp8,ds=bf16", True, True, 2, 1)])
+def test_backward_half_tile_programs_match(spec, causal, safeguards, hq, hkv):
+    """Launch option bn = 64 (dK/dV programs of half the forward's key tile, the V fold's row
+    factors precomputed over the whole tile) gives the default's dK, dV: the same arithmetic,
+    though the interpreter's fp32 matmul of a 64-row tile may sum in another order than a
+    128-row one (measured 3.3e-5 non-causal, where that moves an fp8 P byte or two; 0 causal)."""
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, do = _inputs(1, hq, hkv, 384, 64, seed=31 + hq)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, QZ, 128, v_transposed=True)
+    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128,
+                                                       True)
+    do_op = quantize_operand(do, spec.do, QZ)
+    delta = backward_delta(do_op, Operand(o8, o_scale))
+    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, safeguards, 0.125, 128)
+    full = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1})
+    half = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "bn": 64})
+    assert full[1].abs().sum() > 0 and full[2].abs().sum() > 0
+    assert torch.equal(half[0], full[0])  # dQ: its own kernel, untouched
+    for name, a, b in zip(("dK", "dV"), half[1:], full[1:], strict=True):
+        assert _rel(a, b) <= 2e-4, f"{name}: rel-L2 {_rel(a, b):.2e}"
+
+
+def test_backward_half_tile_option_errors():
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
+    with pytest.raises(ValueError, match="bn=32: allowed 128 .* or 64"):
+        _backward_with(spec, q, k, v, {"bn": 32, "sub": 32})
+    with pytest.raises(ValueError, match="bn=64 with document masking"):
+        _backward_with(spec, q, k, v, {"bn": 64}, doc=(None, None, None))
+
+
+def _backward_with(spec, q, k, v, config, doc=None):
+    from flamia_kernels import attention_bwd
+    from flamia_kernels.attention_operands import Operand
+
+    b, h, s, d = q.shape
+    op = Operand(q.detach(), torch.ones(b, h, s))
+    kv = Operand(k.detach(), torch.ones(b, k.shape[1], s), vals_t=k.detach().transpose(2, 3))
+    stats = torch.zeros(b, h, s)
+    return attention_bwd.backward(op, kv, kv, op, stats, stats, stats, spec, True, True, 0.125, 128,
+                                  config=config, doc=doc)
+
+
 def test_cpu_without_interpreter_runs_the_reference(monkeypatch):
     """Dispatch: where Triton cannot run, a quantized spec runs reference.attention."""
     q, k, v, do = _inputs(1, 2, 1, 128, 64, seed=9)

@@ -11,6 +11,7 @@ from bench_attention import _configs  # noqa: E402
 
 def test_configs_parse_every_part():
     assert _configs("8x3:bptr")[0]["BPTR"] is True
+    assert _configs("8x2x32:half")[0]["bn"] == 64
     assert _configs("8x3,4x2x32:atomic:dkdv,8x3:fresh,8x2x64:kernel") == [
         {"num_warps": 8, "num_stages": 3},
         {"num_warps": 4, "num_stages": 2, "sub": 32, "dq": "atomic", "which": "dkdv"},
@@ -20,5 +21,5 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, atomic"):
+    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, half, atomic"):
         _configs("8x2:fast")

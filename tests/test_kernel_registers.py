@@ -35,3 +35,4 @@ def test_reports_the_dq_kernel_on_sm90():
 
 def test_parse_config_forward_option():
     assert parse_config("8x3:bptr") == {"num_warps": 8, "num_stages": 3, "BPTR": True}
+    assert parse_config("8x2x32:half") == {"num_warps": 8, "num_stages": 2, "sub": 32, "bn": 64}
