@@ -86,7 +86,7 @@ class _FlamiaAttention(torch.autograd.Function):
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
-                              off_diagonal=doc_ids is None)
+                              off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q))
         save_o8 = spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
@@ -165,7 +165,8 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     if doc_ids is not None:
         check_doc_ids(doc_ids, q)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
-                          v_transposed=True, off_diagonal=doc_ids is None)
+                          v_transposed=True, off_diagonal=doc_ids is None,
+                          mx_parts=attention_fwd.native_block_scaled(q))
     o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False,
                                           doc=None if doc_ids is None else doc_tables(doc_ids))

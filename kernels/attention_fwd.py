@@ -68,6 +68,23 @@ if HAS_TRITON:
             return tl.load(P + off + offs_d[:, None] * S + cols[None, :])
 
     @triton.jit
+    def _scores(q, qe, k, KE, kve_off, start, zero, D: tl.constexpr, BLOCK: tl.constexpr, QK_MX: tl.constexpr,
+                INTERP: tl.constexpr):
+        """q·kᵀ of the key tile k at `start`, before the per-token scales. QK_MX: q and k are MXFP8's
+        E4M3 bytes with their E8M0 codes (qe, and KE at kve_off: [S, D // 32] per head), one
+        block-scaled product (sm_100's tcgen05 MMA; other targets get Triton's bf16 decomposition,
+        which is exact here: E4M3 × 2^e fits bf16). `zero`, a run-time 0.0, starts that product's
+        accumulator: Triton 3.6's sm_100 pipeline fails to compile a block-scaled MMA in a loop
+        from a constant-zero accumulator ('tmem_alloc op uninitialized alloc must have a mutable
+        memdesc type', TritonGPUOptimizeAccumulatorInit)."""
+        if QK_MX:
+            cols = start + tl.arange(0, BLOCK)
+            ke = tl.load(KE + kve_off + cols[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :])
+            return tl.dot_scaled(q, qe, "e4m3", tl.trans(k), ke, "e4m3", acc=tl.full([BLOCK, BLOCK], zero, tl.float32))
+        else:
+            return mma(q, tl.trans(k), INTERP)
+
+    @triton.jit
     def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                    TINY: tl.constexpr, INTERP: tl.constexpr):
         """acc·α + P·V for per-token V scales: x = p·s_v[j]/r_i (<= 256) quantized per `pv`."""
@@ -81,16 +98,17 @@ if HAS_TRITON:
             return acc * alpha[:, None] + pv * (r * (prs * 256.0))[:, None]
 
     @triton.jit
-    def _fwd_diag_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, kvs_off, start, offs_m, offs_d, S, P_GLOB,
-                       qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+    def _fwd_diag_tile(acc, m_i, l_i, q, qe, qs, K, KE, KS, VT, VS, kv_off, kve_off, kvs_off, start, offs_m, offs_d,
+                       S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                        CAUSAL: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
-                       INTERP: tl.constexpr):
+                       INTERP: tl.constexpr, QK_MX: tl.constexpr):
         """The query block's own key tile, per-token K and V (CAUSAL False: no j <= i mask)."""
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
         vs = tl.load(VS + kvs_off + cols)
-        s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
+        s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BLOCK, QK_MX, INTERP)
+        s = s * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
         if HAS_DOC:  # block-diagonal: same document (and j <= i on the diagonal)
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
             if CAUSAL:
@@ -115,11 +133,11 @@ if HAS_TRITON:
         return acc, m_new, l_i
 
     @triton.jit
-    def _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off, kvs_off, kvb_off,
-                      start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr,
-                      PV_FMT: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, K_OFF: tl.constexpr,
-                      V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                      BPTR: tl.constexpr):
+    def _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT, VBS, kv_off, kve_off, kvs_off,
+                      kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr,
+                      BLOCK: tl.constexpr, PV_FMT: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr,
+                      K_OFF: tl.constexpr, V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr,
+                      INTERP: tl.constexpr, BPTR: tl.constexpr, QK_MX: tl.constexpr):
         """A key tile wholly left of (or, non-causal, right of) the diagonal. acc is in units of
         cv (V's tile scale of the last chained product; 1 without V_OFF). BPTR: K and Vᵀ tiles
         through block pointers (a launch option, see `launch_config`)."""
@@ -131,7 +149,8 @@ if HAS_TRITON:
         else:
             k = _key_rows(K, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             ks = tl.load(KS + kvs_off + cols)
-            s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
+            s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BLOCK, QK_MX, INTERP)
+            s = s * (qs[:, None] * ks[None, :])
         if HAS_DOC:
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
             s = tl.where(keep, s, float("-inf"))
@@ -168,11 +187,12 @@ if HAS_TRITON:
         return acc, m_new, l_i, cv
 
     @triton.jit
-    def _fwd_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, qk_scale,
+    def _fwd_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, QE, KE, qk_scale,
                     P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
-                    V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False):
+                    V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
+                    QK_MX: tl.constexpr = False):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
@@ -185,6 +205,11 @@ if HAS_TRITON:
         rows = q_off + offs_m[:, None] * D + offs_d[None, :]
         q = tl.load(Q + rows)
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
+        kve_off = bhk * S * (D // 32)
+        if QK_MX:  # Q's E8M0 codes, [BLOCK, D // 32]
+            qe = tl.load(QE + bh * S * (D // 32) + offs_m[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :])
+        else:
+            qe = qs
         m_i = tl.full([BLOCK], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK], tl.float32)
         acc = tl.zeros([BLOCK, D], tl.float32)
@@ -201,21 +226,21 @@ if HAS_TRITON:
             qdoc = offs_m
             lo = 0
         for start in range(lo, diag, BLOCK):
-            acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS, kv_off,
-                                              bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC,
-                                              doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF, CHAIN, TINY,
-                                              INTERP, BPTR)
+            acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT, VBS,
+                                              kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB,
+                                              qdoc, DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
+                                              CHAIN, TINY, INTERP, BPTR, QK_MX)
         acc = acc * cv  # back to true units for the per-token diagonal product
         cv = cv * 0.0 + 1.0
-        acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qs, K, KS, VT, VS, kv_off, bhk * S, diag, offs_m,
-                                       offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, CAUSAL, SAFE,
-                                       HAS_DOC, TINY, INTERP)
+        acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qe, qs, K, KE, KS, VT, VS, kv_off, kve_off, bhk * S, diag,
+                                       offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, CAUSAL,
+                                       SAFE, HAS_DOC, TINY, INTERP, QK_MX)
         if not CAUSAL:
             for start in range(diag + BLOCK, hi, BLOCK):
-                acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qs, K, KS, KB, KBS, VT, VS, VBT, VBS,
-                                                  kv_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc,
-                                                  DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
-                                                  CHAIN, TINY, INTERP, BPTR)
+                acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT,
+                                                  VBS, kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S,
+                                                  P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF,
+                                                  V_OFF, CHAIN, TINY, INTERP, BPTR, QK_MX)
             acc = acc * cv
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
@@ -226,6 +251,15 @@ if HAS_TRITON:
             o8, os = fp8_row_bytes(o.to(tl.float32), BLOCK, D, TINY)
             tl.store(O8 + rows, o8)
             tl.store(OS + bh * S + offs_m, os)
+
+
+def native_block_scaled(x: torch.Tensor) -> bool:
+    """Whether x's device has block-scaled MMA (MXFP8 / NVFP4 in hardware: sm_100+, Blackwell).
+    There the forward's QKᵀ of an mxfp8 `qk` runs as one `tl.dot_scaled` product over the format's
+    bytes and E8M0 codes; elsewhere (the H200: sm_90) the exact dequantized values go through bf16
+    products. Written for Blackwell and compiled for sm_100 in the tests (tcgen05 block-scaled MMA
+    in the PTX), but never run on one: none is lent here."""
+    return x.is_cuda and not INTERPRET and torch.cuda.get_device_capability(x.device) >= (10, 0)
 
 
 def launch_config(d: int, emulated: bool) -> dict:
@@ -248,6 +282,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     off the diagonal, or None (the per-token operand on every tile).
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
     config: num_warps / num_stages override, and CHAIN (False: a fresh P·V product per tile).
+    q.mx and k.mx (mxfp8 bytes and E8M0 codes, `prepare_forward(mx_parts=True)`): QKᵀ as one
+    block-scaled product (`tl.dot_scaled`), the Blackwell path (see `native_block_scaled`).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
@@ -261,12 +297,16 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
+    qk_mx = q.mx is not None and k.mx is not None
+    if qk_mx and INTERPRET:
+        raise ValueError("the block-scaled QKᵀ (Operand.mx) has no interpreter path: tl.dot_scaled runs on GPUs only")
+    q_in, k_in, q_e, k_e = (q.mx[0], k.mx[0], q.mx[1], k.mx[1]) if qk_mx else (q.vals, k.vals, moff, moff)
     _fwd_kernel[(seq // block, b * hq)](
-        q.vals, q.scale, k.vals, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
-        *doc_ptrs, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
+        q_in, q.scale, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
+        *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, **(config or launch_config(d, spec.emulated)),
+        V_OFF=v.off is not None, QK_MX=qk_mx, **(config or launch_config(d, spec.emulated)),
     )
     if not save_o8:
         return o, lse2, moff, None, None

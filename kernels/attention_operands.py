@@ -63,6 +63,9 @@ class Operand:
     scale: torch.Tensor
     vals_t: torch.Tensor | None = None  # the same values [..., D, S] when a kernel reads them K-major
     off: OffDiagonal | None = None  # key side, fp8: the token-block copy for off-diagonal tiles
+    # mxfp8 kept as the format's own parts, (E4M3 bytes [..., S, D], E8M0 codes [..., S, D // 32]),
+    # for a block-scaled product (`tl.dot_scaled`; sm_100+); vals hold their exact dequantized values
+    mx: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def dequant(self) -> torch.Tensor:
         """fp32 [..., S, D] = vals * scale."""
@@ -91,12 +94,13 @@ def _block_amax(x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None,
-                     transposed: bool = False) -> Operand:
+                     transposed: bool = False, mx_parts: bool = False) -> Operand:
     """Quantize x [..., S, D] (bf16) to `fmt` with `impl` (module `formats` or `quantize`).
 
     block None: per-token scales (causally safe). block = n: one scale over n tokens
     (leaky unless only ever read off the causal diagonal). transposed: also fill `vals_t`
-    (written in the same pass by `quantize`'s per-token fp8 kernel).
+    (written in the same pass by `quantize`'s per-token fp8 kernel). mx_parts: mxfp8 with
+    per-token scales also keeps its bytes and E8M0 codes in `mx` (the block-scaled product).
     """
     seq = x.shape[-2]
     if transposed:
@@ -117,9 +121,10 @@ def quantize_operand(x: torch.Tensor, fmt: str, impl, block: int | None = None,
     if fmt == "mxfp8":
         sb = None if block is None else F.fp8_scale(_block_amax(x, block))  # leaky pre-scale
         xs = x if sb is None else x.float() / sb
-        vals = F.dequantize_mxfp8(*impl.quantize_mxfp8(xs)).to(torch.bfloat16)  # exact: E4M3 × 2^e
+        parts = impl.quantize_mxfp8(xs)
+        vals = F.dequantize_mxfp8(*parts).to(torch.bfloat16)  # exact: E4M3 × 2^e
         scale = torch.ones(x.shape[:-1], device=x.device) if sb is None else sb[..., 0].contiguous()
-        return Operand(vals, scale)
+        return Operand(vals, scale, mx=parts if mx_parts and sb is None else None)
     if fmt == "nvfp4":
         if block is None:
             glob = F.nvfp4_per_token_global_scale(x)
@@ -185,12 +190,19 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
-                    off_diagonal: bool = True):
+                    off_diagonal: bool = True, mx_parts: bool = False):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
-    attention). Safeguards off: token-block scales everywhere (leaky)."""
+    attention). Safeguards off: token-block scales everywhere (leaky). mx_parts: mxfp8 Q and K
+    also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ."""
     leak = None if safeguards else block
+    if mx_parts and spec.qk == "mxfp8":
+        return ForwardOperands(
+            quantize_operand(q, spec.qk, impl, leak, mx_parts=True),
+            quantize_operand(k, spec.qk, impl, leak, mx_parts=True),
+            _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
+        )
     return ForwardOperands(
         quantize_operand(q, spec.qk, impl, leak),
         _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),

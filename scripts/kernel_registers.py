@@ -88,10 +88,13 @@ def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
 
 
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
-    """{"registers", "spill_stores", "spill_loads"} from the bundled ptxas's -v output."""
+    """{"registers", "spill_stores", "spill_loads"} from the bundled ptxas's -v output (Triton ships
+    a second ptxas for Blackwell targets)."""
     import triton
 
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    ptxas = bin_dir / ("ptxas-blackwell" if arch.startswith("sm_10") and (bin_dir / "ptxas-blackwell").exists()
+                       else "ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
@@ -108,9 +111,17 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
             "spill_loads": int(spill.group(2))}
 
 
+def mma_kinds(ptx: str) -> list[str]:
+    """The distinct tensor-core instructions in a PTX listing (wgmma / tcgen05 / mma, shape and types),
+    e.g. to see that a product runs in FP8 or block-scaled."""
+    found = re.findall(r"\b((?:wgmma\.mma_async|tcgen05\.mma|mma\.sync)[\w.:]*)", ptx)
+    return sorted(set(found))
+
+
 def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: bool, off_diagonal: bool,
-                   safeguards: bool) -> dict:
-    """Compile one kernel at one launch config for sm_90 and return ptxas's report."""
+                   safeguards: bool, capability: int = 90, qk_mx: bool = False) -> dict:
+    """Compile one kernel at one launch config for sm_<capability> and return ptxas's report and the
+    tensor-core instructions used. qk_mx (forward, spec qk=mxfp8): the block-scaled QKᵀ path."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -128,8 +139,12 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     if kernel == "fwd":
         fn = fwd._fwd_kernel
         defaults = fwd.launch_config(dim, spec.emulated)
+        if qk_mx and spec.qk != "mxfp8":
+            raise ValueError(f"--qk-mx needs an mxfp8 qk operand, spec {spec_name!r} has qk={spec.qk}")
+        if qk_mx:
+            pointers.update(Q="*fp8e4nv", K="*fp8e4nv", QE="*u8", KE="*u8")
         consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16",
-                      BPTR=cfg.pop("BPTR", False))
+                      BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx)
     else:
         defaults = bwd.launch_config(dim, spec.ds)
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
@@ -144,11 +159,12 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
             consts.update(BM=block, BN=sub)
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
     src = ASTSource(fn=fn, signature=_signature(fn.fn, consts, pointers), constexprs=consts)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
     label = f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
     if kernel != "fwd":
         label += f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
-    return {"config": label, **ptxas_report(compiled.asm["ptx"])}
+    ptx = compiled.asm["ptx"]
+    return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 
 
 def main(argv=None) -> int:
@@ -161,19 +177,26 @@ def main(argv=None) -> int:
     ap.add_argument("--non-causal", action="store_true")
     ap.add_argument("--no-off-diagonal", action="store_true", help="per-token K/V on every tile (doc masking)")
     ap.add_argument("--leaky", action="store_true", help="safeguards=False")
+    ap.add_argument("--target", type=int, default=90, choices=(90, 100), help="sm_90 (Hopper) or sm_100 (Blackwell)")
+    ap.add_argument("--qk-mx", action="store_true", help="forward: the block-scaled QKᵀ (spec with qk=mxfp8)")
+    ap.add_argument("--mma", action="store_true", help="also list the tensor-core instructions of each kernel")
     args = ap.parse_args(argv)
-    print(f"sm_90, spec {args.spec}, D={args.dim}, causal={not args.non_causal}, "
-          f"off-diagonal copies={not args.no_off_diagonal}")
+    print(f"sm_{args.target}, spec {args.spec}, D={args.dim}, causal={not args.non_causal}, "
+          f"off-diagonal copies={not args.no_off_diagonal}" + (", block-scaled QKᵀ" if args.qk_mx else ""))
     print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
             if kernel == "fwd" and ({"sub", "dq", "bn"} & set(cfg)) or kernel != "fwd" and "BPTR" in cfg:
                 continue  # a backward-only option for the forward, or the forward's for the backward
+            if args.qk_mx and kernel != "fwd":
+                continue  # the block-scaled QKᵀ is the forward's
             r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
-                               not args.leaky)
+                               not args.leaky, args.target, args.qk_mx)
             label = r["config"] + ("" if cfg else " (default)")
             print(f"{kernel:6s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
                   flush=True)
+            if args.mma:
+                print("       mma: " + ", ".join(r["mma"]), flush=True)
     return 0
 
 

@@ -172,3 +172,23 @@ def test_gpu_backward_half_tile_programs_match(spec):
     errs = [_rel(a, b) for a, b in zip(half, full, strict=True)]
     print(f"\n{spec} bn=64 vs 128 rel-L2 dQ {errs[0]:.2e} dK {errs[1]:.2e} dV {errs[2]:.2e}")
     assert errs[0] == 0.0 and errs[1] <= 2e-4 and errs[2] <= 2e-4
+
+
+def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
+    """The Blackwell path's kernel code (mxfp8 QKᵀ as tl.dot_scaled over bytes and E8M0 codes) run on
+    this GPU through Triton's bf16 decomposition, against the default path's bf16 products of the
+    same exact values: the same scores up to summation order."""
+    from flamia_kernels import AttentionSpec, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("mxfp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1024, 128, seed=11)
+    plain_ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    mx_ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, mx_parts=True)
+    assert mx_ops.q.mx is not None and torch.equal(mx_ops.q.vals, plain_ops.q.vals)
+    plain = attention_fwd.forward(plain_ops.q, plain_ops.k, plain_ops.v, spec, True, True, 128 ** -0.5, 128, True)
+    mx = attention_fwd.forward(mx_ops.q, mx_ops.k, mx_ops.v, spec, True, True, 128 ** -0.5, 128, True)
+    err = _rel(mx[0], plain[0])
+    print(f"\nblock-scaled QK vs bf16 products: O rel-L2 {err:.2e}")
+    assert err <= 1e-3

@@ -223,6 +223,28 @@ def _backward_with(spec, q, k, v, config, doc=None):
                                   config=config, doc=doc)
 
 
+def test_mx_parts_keep_the_format_and_the_interpreter_refuses_them():
+    """prepare_forward(mx_parts=True): mxfp8 Q and K keep their E4M3 bytes and E8M0 codes, whose
+    dequantization is exactly `vals`; the block-scaled product they feed has no interpreter path."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import formats as FM
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("mxfp8")
+    q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=5)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True, mx_parts=True)
+    for op in (ops.q, ops.k):
+        x8, e8m0 = op.mx
+        assert x8.dtype == torch.float8_e4m3fn and e8m0.dtype == torch.uint8 and e8m0.shape[-1] == 64 // 32
+        assert torch.equal(FM.dequantize_mxfp8(x8, e8m0).to(torch.bfloat16), op.vals)
+    assert ops.v.mx is None
+    leaky = prepare_forward(q.detach(), k.detach(), v.detach(), spec, False, QZ, 128, mx_parts=True)
+    assert leaky.q.mx is None  # token-block pre-scaled (leaky) values are not the format's parts
+    with pytest.raises(ValueError, match="block-scaled QKᵀ .* no interpreter path"):
+        attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True)
+
+
 def test_cpu_without_interpreter_runs_the_reference(monkeypatch):
     """Dispatch: where Triton cannot run, a quantized spec runs reference.attention."""
     q, k, v, do = _inputs(1, 2, 1, 128, 64, seed=9)

@@ -36,3 +36,14 @@ def test_reports_the_dq_kernel_on_sm90():
 def test_parse_config_forward_option():
     assert parse_config("8x3:bptr") == {"num_warps": 8, "num_stages": 3, "BPTR": True}
     assert parse_config("8x2x32:half") == {"num_warps": 8, "num_stages": 2, "sub": 32, "bn": 64}
+
+
+def test_blackwell_block_scaled_qk_compiles_for_sm100():
+    """The forward's Blackwell path (mxfp8 QKᵀ through tl.dot_scaled) compiles for sm_100 to the
+    block-scaled tcgen05 MMA: the only check possible here (no Blackwell GPU is lent)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd", "--spec", "mxfp8",
+                          "--qk-mx", "--target", "100", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "tcgen05.mma" in out.stdout and "mxf8f6f4.block_scale" in out.stdout, out.stdout
