@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
+from launch_configs import parse_configs
 
 TOKENS = {64: 32, 128: 16}  # heads per D (d_model 2048); batch = 32768 tokens / S
 
@@ -258,34 +259,8 @@ def markdown(rows: list, meta: dict) -> str:
 
 
 def _configs(text: str) -> list[dict]:
-    """"8x3,4x4x32,8x3:fresh,8x2x32:kernel:dq" -> [{"num_warps": 8, "num_stages": 3}, ...]: warps x
-    stages [x backward sub-tile], then any of :fresh (forward: a fresh P·V product per tile), :bptr
-    (forward: block-pointer K/V loads off the diagonal), :atomic / :kernel (backward: dQ summed
-    atomically in the dK/dV kernel, or its own kernel), :half (backward: dK/dV programs of 64 keys),
-    :dkdv / :dq (one backward kernel)."""
-    out = []
-    for part in filter(None, text.split(",")):
-        spec, *extras = part.split(":")
-        w, st, *sub = spec.split("x")
-        cfg = {"num_warps": int(w), "num_stages": int(st)}
-        if sub:
-            cfg["sub"] = int(sub[0])
-        for extra in extras:
-            if extra == "fresh":
-                cfg["CHAIN"] = False
-            elif extra == "bptr":
-                cfg["BPTR"] = True
-            elif extra == "half":
-                cfg["bn"] = 64
-            elif extra in ("atomic", "kernel"):
-                cfg["dq"] = extra
-            elif extra in ("dkdv", "dq"):
-                cfg["which"] = extra
-            else:
-                raise argparse.ArgumentTypeError(
-                    f"config {part!r}: unknown part {extra!r}; allowed fresh, bptr, half, atomic, kernel, dkdv, dq")
-        out.append(cfg)
-    return out
+    """--fwd-configs / --bwd-configs: `launch_configs.parse_configs` (the syntax is documented there)."""
+    return parse_configs(text)
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ config is compiled for the constexprs the real launch would pass (`attention_fwd
 `attention_bwd.launch_config`, the spec's formats); the argument dtypes follow the spec (fp8 bytes
 for fp8 operands, bf16 values for emulated ones).
 
-Configs: WARPSxSTAGES[xSUB][:atomic][:half][:bptr] as scripts/bench_attention.py takes them (SUB:
-the backward's sub-tile; `:atomic`: dQ summed inside the dK/dV kernel; `:half`: dK/dV programs of
-64 keys; `:bptr`: the forward's off-diagonal K/V tiles through block pointers). This reports the compiler's view only:
+Configs: as scripts/bench_attention.py takes them (scripts/launch_configs.py), e.g. 8x2x32:half
+(the backward's sub-tile 32, dK/dV programs of 64 keys) or 8x3:bptr (the forward's off-diagonal
+K/V tiles through block pointers). This reports the compiler's view only:
 speed is measured on the GPU (scripts/bench_attention.py --profile).
 """
 
@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from launch_configs import parse_config  # scripts/ is this script's first sys.path entry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,28 +51,6 @@ def _import_kernels():
     from flamia_kernels.spec import SEQ_BLOCK, AttentionSpec
 
     return attention_fwd, attention_bwd, fmt_code, FP8_TINY, SEQ_BLOCK, AttentionSpec
-
-
-def parse_config(text: str) -> dict:
-    """"8x2x32:atomic" -> {"num_warps": 8, "num_stages": 2, "sub": 32, "dq": "atomic"}."""
-    spec, *extras = text.split(":")
-    parts = spec.split("x")
-    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: WARPSxSTAGES[xSUB][:atomic][:half][:bptr], e.g. 8x2x32")
-    cfg = {"num_warps": int(parts[0]), "num_stages": int(parts[1])}
-    if len(parts) == 3:
-        cfg["sub"] = int(parts[2])
-    for extra in extras:
-        if extra == "atomic":
-            cfg["dq"] = "atomic"
-        elif extra == "bptr":
-            cfg["BPTR"] = True
-        elif extra == "half":
-            cfg["bn"] = 64
-        else:
-            raise argparse.ArgumentTypeError(
-                f"config {text!r}: unknown part {extra!r}; allowed: atomic, bptr, half")
-    return cfg
 
 
 def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
