@@ -86,18 +86,18 @@ if HAS_TRITON:
             st = tl.where(keep, st, float("-inf"))
         m_use = finite_row_max(m, HAS_DOC)
         pt = tl.exp2(st - (m_use - 8.0)[None, :])  # (BN, BM), ×256 as in the forward
-        if FOLD and R_PRE:  # (no document masking here: `backward` refuses it)
-            if SAFE and DIAG:  # max of s_v over the tile's keys j <= i
-                r = tl.load(RD + rd_off + offs_m)
-            else:  # the whole tile (off the diagonal, non-causal, or leaky)
-                r = tl.zeros([BM], tl.float32) + tl.load(RB + rb)
-            xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
-        elif FOLD:
-            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
-            if SAFE:
-                if DIAG or HAS_DOC:  # the keys row i sees
-                    r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
-                    r = tl.where(r > 0.0, r, 1.0)
+        if FOLD:
+            if R_PRE:  # (no document masking here: `backward` refuses it)
+                if SAFE and DIAG:  # max of s_v over the tile's keys j <= i
+                    r = tl.load(RD + rd_off + offs_m)
+                else:  # the whole tile (off the diagonal, non-causal, or leaky)
+                    r = tl.zeros([BM], tl.float32) + tl.load(RB + rb)
+            else:
+                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
+                if SAFE:
+                    if DIAG or HAS_DOC:  # the keys row i sees
+                        r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
+                        r = tl.where(r > 0.0, r, 1.0)
             xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
         else:
             r = tl.full([BM], 1.0, tl.float32)

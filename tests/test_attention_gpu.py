@@ -10,6 +10,7 @@ Accuracy bar (issue 3): cosine >= 0.99 for O and dV, >= 0.98 for dQ and dK; the 
 """
 import pytest
 import torch
+from attention_saved import backward_args
 from flamia_kernels import flamia_attention, reference
 
 pytestmark = pytest.mark.gpu
@@ -111,17 +112,11 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     Hopper accumulates with reduced precision, while the dQ kernel's is exact in bf16: dQ then
     differs by 1.3e-3 (H200, 2026-11-30; 2.9e-5 for nvfp4-fp8, whose dP is bf16 in both), so
     the bar is 3e-3 there (the reference bar is 5e-3) and 1e-3 otherwise."""
-    from flamia_kernels import AttentionSpec, attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels import AttentionSpec, attention_bwd
 
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=5)
-    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True)
-    do_op = quantize_operand(do, spec.do, QZ)
-    delta = backward_delta(do_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, True, True, 128 ** -0.5, 128)
+    args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     split = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "kernel"})
     fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "atomic"})
     err = _rel(fused[0], split[0])
@@ -155,17 +150,11 @@ def test_gpu_forward_block_pointer_option_is_bit_identical(spec):
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
 def test_gpu_backward_half_tile_programs_match(spec):
     """Launch option bn = 64 (dK/dV programs of half the forward's key tile) against the default."""
-    from flamia_kernels import AttentionSpec, attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels import AttentionSpec, attention_bwd
 
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=9)
-    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True)
-    do_op = quantize_operand(do, spec.do, QZ)
-    delta = backward_delta(do_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, True, True, 128 ** -0.5, 128)
+    args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     base = attention_bwd.launch_config(128, spec.ds)
     full = attention_bwd.backward(*args, config=base)
     half = attention_bwd.backward(*args, config={**base, "bn": 64})

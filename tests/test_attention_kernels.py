@@ -7,6 +7,7 @@ bf16 ulp), and the online softmax's per-tile rescaling of l.
 """
 import pytest
 import torch
+from attention_saved import backward_args
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
 
@@ -79,17 +80,11 @@ def test_fp8_saved_activations_at_most_055_of_bf16(d, hq, hkv):
 
 def test_backward_sub_tile_32_matches_reference():
     """The GPU's default backward sub-tile for dS in bf16 (32; the interpreter uses DS_TILE)."""
-    from flamia_kernels import attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels import attention_bwd
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=8)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True)
-    dq_op = quantize_operand(do, "fp8", QZ)
-    delta = backward_delta(dq_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, ops.v, dq_op, lse2, moff, delta, spec, True, True, 0.125, 128)
+    args = backward_args(spec, q, k, v, do)
     got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
     want = attention_bwd.backward(*args)
     for a, b in zip(got, want, strict=True):
@@ -104,18 +99,12 @@ def test_backward_sub_tile_32_matches_reference():
 def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
     """dS in bf16: dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default
     separate dQ kernel, on the same saved operands; dK and dV are the same kernel either way."""
-    from flamia_kernels import attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels import attention_bwd
 
     spec = AttentionSpec.parse(spec)
     assert attention_bwd.launch_config(64, spec.ds)["dq"] == "kernel"
     q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=11 + hq)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, causal, QZ, 128, v_transposed=True)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True)
-    do_op = quantize_operand(do, spec.do, QZ)
-    delta = backward_delta(do_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, True, 0.125, 128)
+    args = backward_args(spec, q, k, v, do, causal=causal)
     split = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "kernel"})
     fused = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq": "atomic"})
     assert fused[0].abs().sum() > 0
@@ -129,7 +118,7 @@ def test_backward_atomic_dq_refused_in_deterministic_mode():
     try:
         torch.use_deterministic_algorithms(True)
         with pytest.raises(RuntimeError, match="dq='atomic'.*run-dependent order.*use dq='kernel'"):
-            _atomic_with(AttentionSpec.parse("fp8"), q, k, v)
+            _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "atomic"})
     finally:
         torch.use_deterministic_algorithms(was)
 
@@ -138,21 +127,9 @@ def test_backward_atomic_dq_refuses_scaled_ds():
     """fp8 / nvfp4 dS has scale groups along keys: only the dQ kernel computes it."""
     q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
     with pytest.raises(ValueError, match="dq='atomic' needs dS in bf16.*ds=fp8"):
-        _atomic_with(AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), q, k, v)
+        _backward_with(AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), q, k, v, {"dq": "atomic"})
     with pytest.raises(ValueError, match="dq='fast'.*allowed kernel, atomic"):
-        _atomic_with(AttentionSpec.parse("fp8"), q, k, v, mode="fast")
-
-
-def _atomic_with(spec, q, k, v, mode="atomic"):
-    from flamia_kernels import attention_bwd
-    from flamia_kernels.attention_operands import Operand
-
-    b, h, s, d = q.shape
-    op = Operand(q.detach(), torch.ones(b, h, s))
-    kv = Operand(k.detach(), torch.ones(b, k.shape[1], s), vals_t=k.detach().transpose(2, 3))
-    stats = torch.zeros(b, h, s)
-    return attention_bwd.backward(op, kv, kv, op, stats, stats, stats, spec, True, True, 0.125, 128,
-                                  config={"dq": mode})
+        _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "fast"})
 
 
 @pytest.mark.parametrize("spec,causal", [("fp8", True), ("fp8", False), ("nvfp4-fp8", True), ("mxfp8", True)])
@@ -181,18 +158,11 @@ def test_backward_half_tile_programs_match(spec, causal, safeguards, hq, hkv):
     factors precomputed over the whole tile) gives the default's dK, dV: the same arithmetic,
     though the interpreter's fp32 matmul of a 64-row tile may sum in another order than a
     128-row one (measured 3.3e-5 non-causal, where that moves an fp8 P byte or two; 0 causal)."""
-    from flamia_kernels import attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels import attention_bwd
 
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(1, hq, hkv, 384, 64, seed=31 + hq)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, QZ, 128, v_transposed=True)
-    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128,
-                                                       True)
-    do_op = quantize_operand(do, spec.do, QZ)
-    delta = backward_delta(do_op, Operand(o8, o_scale))
-    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, safeguards, 0.125, 128)
+    args = backward_args(spec, q, k, v, do, causal=causal, safeguards=safeguards)
     full = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1})
     half = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "bn": 64})
     assert full[1].abs().sum() > 0 and full[2].abs().sum() > 0
@@ -212,6 +182,7 @@ def test_backward_half_tile_option_errors():
 
 
 def _backward_with(spec, q, k, v, config, doc=None):
+    """backward() on unit-scale stand-in operands: for the launch-config checks that fail before any kernel."""
     from flamia_kernels import attention_bwd
     from flamia_kernels.attention_operands import Operand
 
