@@ -17,8 +17,7 @@
 # Timeline of `all` on 2 GPUs: [multigpu 2-GPU run on both] → GPU 1: recipes until the end; GPU 0: the
 # multigpu 1-GPU run, then long-context variants until the end. On 1 GPU: recipes, then long-context
 # variants in the time left; the 2-GPU comparison is skipped (said in the output).
-# reclc: issues 4 and 5 without 8 (recipes on GPU 1, long-context variants on GPU 0, ≈ 510 s).
-#   FLAMIA_COMMIT=<sha> bash scripts/device/close_out.sh [all|recipes|longctx|multigpu|reclc]
+#   FLAMIA_COMMIT=<sha> bash scripts/device/close_out.sh [all|recipes|longctx|multigpu]
 # Expected wall on 2× H200 (setup ~10 s): all ≈ 510 s (≤ WALL 530: multigpu 2-GPU ~50 s, then recipes ~375 s
 # on GPU 1 while GPU 0 runs the 1-GPU run ~50 s and long-context variants until WALL − 20); recipes ≈ 400 s;
 # longctx ≈ 250 s (the variants split over both GPUs); multigpu ≈ 120 s. Give each device call a 600 s limit.
@@ -216,13 +215,6 @@ case "$MODE:$((NGPU >= 2 ? 2 : NGPU))" in
     recipes 0 "$(left 45)"; pack
     lc_queue 0 "$END" "${VARIANTS[@]}" ;;
   recipes:[12]) recipes "${REC_GPU:-0}" "$(left 45)" ;;
-  reclc:2)  # issues 4 and 5 side by side: recipes on GPU 1, long-context variants on GPU 0
-    recipes 1 "$(left 45)" &
-    REC_PID=$!
-    lc_queue 0 "$END" "${VARIANTS[@]}" > "$R/gpu0_console.txt" 2>&1
-    cat "$R/gpu0_console.txt"
-    wait "$REC_PID" ;;
-  reclc:1) recipes 0 "$(left 45)"; pack; lc_queue 0 "$END" "${VARIANTS[@]}" ;;
   longctx:2)
     Q0=() Q1=()
     for i in "${!VARIANTS[@]}"; do
@@ -237,7 +229,7 @@ case "$MODE:$((NGPU >= 2 ? 2 : NGPU))" in
     mg_multi "$(min "$MG_T2" "$(left 60)")"; pack
     mg_one 0 "$(min "$MG_T1" "$(left 20)")"; mg_summary ;;
   multigpu:*) echo "NOTE: $NGPU GPU(s): issue 8 compares 1 and $MG_NPROC GPUs and needs $MG_NPROC: skipped" ;;
-  *) echo "usage: close_out.sh [all|recipes|longctx|multigpu|reclc] (and at least one GPU, or NGPU=1 DEVICE=cpu)"
+  *) echo "usage: close_out.sh [all|recipes|longctx|multigpu] (and at least one GPU, or NGPU=1 DEVICE=cpu)"
      exit 2 ;;
 esac
 lc_summary
