@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
 from launch_configs import parse_configs
+from provenance import commit_label
 
 TOKENS = {64: 32, 128: 16}  # heads per D (d_model 2048); batch = 32768 tokens / S
 
@@ -288,8 +289,7 @@ def main() -> None:
     import triton
 
     meta = dict(command="python " + " ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                commit=os.environ.get("FLAMIA_COMMIT")
-                or os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or "unknown",
+                commit=commit_label(Path(__file__).resolve().parents[1]),
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, triton=triton.__version__)
     print(json.dumps(meta), flush=True)

@@ -37,6 +37,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import commit_label  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -113,10 +116,8 @@ def device_name(device: str) -> str:
 
 
 def meta(args, command: list[str], calls: int) -> dict:
-    commit = os.environ.get("FLAMIA_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return {"command": "python " + shlex.join(["scripts/bench_parity.py", *sys.argv[1:]]),
-            "train_command": shlex.join(command), "commit": commit or "unknown",
+            "train_command": shlex.join(command), "commit": commit_label(ROOT),
             "date": datetime.date.today().isoformat(), "device": device_name(args.device), "model": args.model,
             "steps": args.steps, "seq_len": args.seq_len, "micro_batch": args.micro_batch, "lr": args.lr,
             "eval_every": args.eval_every, "eval_batches": args.eval_batches, "calls": calls,

@@ -36,13 +36,15 @@ import os
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import commit_label  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -162,12 +164,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _meta(args, device: torch.device) -> dict:
-    # The device machines get a copy of the tree without .git: the caller may pass FLAMIA_COMMIT.
-    commit = os.environ.get("FLAMIA_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {"command": "python " + shlex.join(["scripts/bench_recipes.py", *sys.argv[1:]]),
-            "commit": commit or "unknown", "date": datetime.date.today().isoformat(),
+            "commit": commit_label(ROOT), "date": datetime.date.today().isoformat(),
             "device": name, "model": args.model, "torch": torch.__version__,
             "steps": args.steps, "seq_len": args.seq_len, "micro_batch": args.micro_batch, "lr": args.lr,
             "eval_batches": args.eval_batches, "eval_every": args.eval_every,

@@ -35,11 +35,9 @@ import argparse
 import datetime
 import gc
 import json
-import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_train_report as report  # noqa: E402
+from provenance import commit_label  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -245,16 +244,8 @@ def run_row(args, env, recipe: str, seq_len: int) -> dict:
 # ---------------------------------------------------------------------- entry point
 
 def _meta(args, device: torch.device) -> dict:
-    # FLAMIA_COMMIT first: the device machines get a copy of the tree whose .git, where one is left
-    # from an earlier call, names another commit (a run labelled 4e8fe1d ran e7b3f6e)
-    commit = os.environ.get("FLAMIA_COMMIT", "")
-    try:
-        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                          text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return {"model": args.model, "device": name, "torch": torch.__version__, "commit": commit,
+    return {"model": args.model, "device": name, "torch": torch.__version__, "commit": commit_label(ROOT),
             "date": datetime.date.today().isoformat(), "command": shlex.join(["python", *sys.argv]),
             "tokens_per_step": args.tokens_per_step, "data": args.data, "warmup": args.warmup,
             "steps": args.steps, "profile_steps": args.profile_steps}
