@@ -42,56 +42,63 @@ if HAS_TRITON:
     def _fp8_operand_kernel(
         T, Q, Scale, M, K, Mp, Kp,
         stride_tm, stride_tk, stride_qm, stride_qk, stride_sm, stride_sk,
-        TINY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-        TILE_SCALE: tl.constexpr, K_STEPS: tl.constexpr,
+        TINY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, TILE_SCALE: tl.constexpr,
     ):
         """One program: BLOCK_M rows × BLOCK_K columns of t, zero outside [M, K].
 
         TILE_SCALE: one scale for the tile (rows × cols blocks); else one per row of the tile
-        (1 × cols blocks, or rowwise when BLOCK_K covers Kp). K_STEPS > 1: rowwise over Kp in
-        K_STEPS tiles of BLOCK_K, two reads (amax, then bytes) for rows too long to hold in one tile
-        (a constexpr bound: Triton 3.6's interpreter cannot take a run-time one under NumPy 2.4)."""
+        (1 × cols blocks, or rowwise when BLOCK_K covers Kp; longer rows: `_row_amax_kernel`)."""
         pid_m = tl.program_id(0)
         pid_k = tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rows_t = offs_m.to(tl.int64)[:, None] * stride_tm
-        rows_q = offs_m.to(tl.int64)[:, None] * stride_qm
-        in_m = offs_m[:, None] < M
-        out_m = offs_m[:, None] < Mp
-        if K_STEPS > 1:
-            amax_bits = tl.zeros((BLOCK_M,), dtype=tl.int32)
-            for step in range(K_STEPS):
-                offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
-                x = tl.load(T + rows_t + offs_k.to(tl.int64)[None, :] * stride_tk,
-                            mask=in_m & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-                amax_bits = tl.maximum(amax_bits, tl.max(_abs_bits(x), axis=1))
-            amax = amax_bits.to(tl.float32, bitcast=True)
-            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
-            tl.store(Scale + offs_m.to(tl.int64) * stride_sm, scale, mask=offs_m < Mp)
-            for step in range(K_STEPS):
-                offs_k = step * BLOCK_K + tl.arange(0, BLOCK_K)
-                x = tl.load(T + rows_t + offs_k.to(tl.int64)[None, :] * stride_tk,
-                            mask=in_m & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-                byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K))))
-                tl.store(Q + rows_q + offs_k.to(tl.int64)[None, :] * stride_qk, byte.to(tl.uint8),
-                         mask=out_m & (offs_k[None, :] < Kp))
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        if TILE_SCALE:
+            amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
+            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
+            tl.store(Scale + pid_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale)
+            v = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_M, BLOCK_K)))
         else:
-            offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-            x = tl.load(T + rows_t + offs_k.to(tl.int64)[None, :] * stride_tk,
-                        mask=in_m & (offs_k[None, :] < K), other=0.0).to(tl.float32)
-            if TILE_SCALE:
-                amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
-                scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
-                tl.store(Scale + pid_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale)
-                v = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_M, BLOCK_K)))
-            else:
-                amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
-                scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
-                tl.store(Scale + offs_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale,
-                         mask=offs_m < Mp)
-                v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
-            tl.store(Q + rows_q + offs_k.to(tl.int64)[None, :] * stride_qk, _e4m3_code(v).to(tl.uint8),
-                     mask=out_m & (offs_k[None, :] < Kp))
+            amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
+            tl.store(Scale + offs_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale,
+                     mask=offs_m < Mp)
+            v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
+        tl.store(Q + offs_m.to(tl.int64)[:, None] * stride_qm + offs_k.to(tl.int64)[None, :] * stride_qk,
+                 _e4m3_code(v).to(tl.uint8), mask=(offs_m[:, None] < Mp) & (offs_k[None, :] < Kp))
+
+    @triton.jit
+    def _row_amax_kernel(T, AMAX, M, K, stride_tm, stride_tk, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Rowwise scales of rows too long for one tile, step 1: each program folds its BLOCK_M ×
+        BLOCK_K tile's |x| bits into the rows' running max (int32 AMAX, zeros first). Every tile of
+        a row runs at once instead of one program walking the row: wgrad's dYᵀ and Xᵀ rows are
+        the tokens, 8K+ long, and there are only out/64 of them per operand."""
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        # |bits| of floats order as the values do (NaN above inf): an integer max is the amax, NaN-propagating
+        tl.atomic_max(AMAX + offs_m, tl.max(_abs_bits(x), axis=1), mask=offs_m < M, sem="relaxed")
+
+    @triton.jit
+    def _row_bytes_kernel(
+        T, Q, Scale, AMAX, M, K, Mp, Kp, stride_tm, stride_tk, stride_qm, stride_qk,
+        TINY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):
+        """Step 2: the row's scale from its finished amax, then this tile's bytes (the first
+        column of programs also stores the scales)."""
+        pid_k = tl.program_id(1)
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        amax = tl.load(AMAX + offs_m, mask=offs_m < Mp, other=0).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
+        tl.store(Scale + offs_m, scale, mask=(offs_m < Mp) & (pid_k == 0))
+        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
+        tl.store(Q + offs_m.to(tl.int64)[:, None] * stride_qm + offs_k.to(tl.int64)[None, :] * stride_qk,
+                 _e4m3_code(v).to(tl.uint8), mask=(offs_m[:, None] < Mp) & (offs_k[None, :] < Kp))
 
 
 def _pow2(n: int) -> int:
@@ -115,7 +122,8 @@ def supported(t: torch.Tensor, rows: int, cols: int) -> bool:
 
 
 def _blocks(t: torch.Tensor, rows: int, cols: int, kp: int, max_block_k: int | None) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_K, K_STEPS) for t with rows × cols blocks over a padded K of kp."""
+    """(BLOCK_M, BLOCK_K, K_STEPS) for t with rows × cols blocks over a padded K of kp; K_STEPS > 1:
+    rowwise rows longer than one tile (BLOCK_K), which take the two-launch split path."""
     if rows > 1:
         return rows, cols, 1
     column_major = t.stride(0) == 1 and t.stride(1) != 1  # a transposed view: M is contiguous
@@ -134,8 +142,9 @@ def quantize_fp8_operand(t: torch.Tensor, rows: int, cols: int, mp: int, kp: int
 
     cols 0: one scale per row over all of kp. `transposed`: the transposed operand instead,
     bytes [Kp, Mp] and scales [Kp/cols, Mp/rows], both contiguous (2-D blocks only: their
-    scales are orientation-free). `max_block_k`: widest rowwise tile (tests force the chunked
-    two-read path with it). Requires `supported(t, rows, cols)` and a Triton-capable t.
+    scales are orientation-free). `max_block_k`: widest rowwise tile (tests force the split
+    path for long rows with it: `_row_amax_kernel`, then `_row_bytes_kernel`). Requires
+    `supported(t, rows, cols)` and a Triton-capable t.
     """
     m, k = t.shape
     group = cols or kp
@@ -152,11 +161,18 @@ def quantize_fp8_operand(t: torch.Tensor, rows: int, cols: int, mp: int, kp: int
     sq, ss = data.stride(), scale.stride()
     if transposed:
         sq, ss = sq[::-1], ss[::-1]
-    grid = (triton.cdiv(mp, block_m), kp // block_k if cols else 1)
+    nw = max(4, min(16, (block_m * block_k) // 1024))
     with torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext():
-        _fp8_operand_kernel[grid](
-            t, data.view(torch.uint8), scale, m, k, mp, kp, t.stride(0), t.stride(1), sq[0], sq[1], ss[0], ss[1],
-            TINY=FM.FP8_TINY, BLOCK_M=block_m, BLOCK_K=block_k, TILE_SCALE=rows > 1, K_STEPS=k_steps,
-            num_warps=max(4, min(16, (block_m * block_k) // 1024)),
-        )
+        if k_steps > 1:  # rowwise over rows longer than a tile: every tile at once, in two launches
+            grid = (triton.cdiv(mp, block_m), k_steps)
+            amax = torch.zeros(mp, dtype=torch.int32, device=t.device)
+            _row_amax_kernel[grid](t, amax, m, k, t.stride(0), t.stride(1), BLOCK_M=block_m, BLOCK_K=block_k,
+                                   num_warps=nw)
+            _row_bytes_kernel[grid](t, data.view(torch.uint8), scale, amax, m, k, mp, kp, t.stride(0), t.stride(1),
+                                    sq[0], sq[1], TINY=FM.FP8_TINY, BLOCK_M=block_m, BLOCK_K=block_k, num_warps=nw)
+        else:
+            _fp8_operand_kernel[(triton.cdiv(mp, block_m), kp // block_k if cols else 1)](
+                t, data.view(torch.uint8), scale, m, k, mp, kp, t.stride(0), t.stride(1), sq[0], sq[1], ss[0], ss[1],
+                TINY=FM.FP8_TINY, BLOCK_M=block_m, BLOCK_K=block_k, TILE_SCALE=rows > 1, num_warps=nw,
+            )
     return data, scale

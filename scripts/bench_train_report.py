@@ -32,7 +32,7 @@ _ATTENTION_QUANT = re.compile(
     r"_fp8_tokens_kernel|_fp8_key_side_kernel|_fp8_requant_blocks_kernel|_fp8_tokens_delta_kernel|_mxfp8_kernel"
     r"|_nvfp4_kernel")
 # The linears' fused FP8 operand quantizer (kernels/linear_prepass.py): part of what an FP8 GEMM costs.
-_LINEAR_QUANT = re.compile(r"_fp8_operand_kernel")
+_LINEAR_QUANT = re.compile(r"_fp8_operand_kernel|_row_amax_kernel|_row_bytes_kernel")
 # GEMMs: cuBLAS (nvjet_*, sm90_xmma_*, *gemm*), CUTLASS (_scaled_mm rowwise/blockwise), aten mm on CPU.
 _LINEAR = re.compile(r"gemm|cutlass|scaled_mm|nvjet|cublas|xmma|wgmma|matmul|aten::mm|aten::addmm|aten::bmm",
                      re.I)

@@ -93,6 +93,8 @@ def test_grid_on_cpu_writes_table_json_and_regression(corpus, tmp_path):
     ("_fp8_key_side_kernel", "attn_quant"),
     ("_fp8_tokens_delta_kernel", "attn_quant"),
     ("_fp8_operand_kernel", "linears"),  # the linears' FP8 quantizer
+    ("_row_amax_kernel", "linears"),  # its split path for long rowwise rows (wgrad's dYᵀ, Xᵀ)
+    ("_row_bytes_kernel", "linears"),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", "attn_fwd"),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_4_64x128x128_kernel0_0", "attn_bwd"),
     ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits>", "attn_bwd"),

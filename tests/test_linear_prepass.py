@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from flamia_kernels import linear_gemm as G
 from flamia_kernels import linear_prepass as LP
 from flamia_kernels import linear_quant as LQ
+from flamia_kernels.formats import FP8_TINY
 from flamia_kernels.linear_quant import ROWWISE, FP8_1x128, FP8_128x128, MX_1x32, QuantStats, quantize_operand
 from test_quantize import FAMILIES, make_input
 
@@ -76,13 +78,19 @@ def test_fused_matches_pytorch_path_bit_for_bit(family, kind_name, monkeypatch, 
         assert len(fused_calls) > before, f"{layout}: the fused kernel did not run"
 
 
-@pytest.mark.parametrize("family", ["outliers", "tiny"])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
+@pytest.mark.parametrize("family", ["outliers", "tiny", "non-finite"])
 def test_rowwise_in_chunks_matches(family, monkeypatch):
-    """Rows too long for one tile: amax over K in chunks, then the bytes (two reads)."""
-    x = make_input(family, (24, 200), "fp8", seed=5)
+    """Rows too long for one tile: every tile's amax folded into the row's at once (atomic max of
+    |bits|), then the bytes; M padded (26 -> 32 rows of scales: the padding rows' amax stays 0)."""
+    x = make_input("outliers" if family == "non-finite" else family, (26, 200), "fp8", seed=5)
+    if family == "non-finite":
+        x[1, 7], x[4, 199], x[9, 0] = float("nan"), float("inf"), -float("inf")
     for t in _layouts(x).values():
         ref = _torch_path(monkeypatch, t, ROWWISE, 1)
-        data, scale = LP.quantize_fp8_operand(t, 1, 0, 24, 200, max_block_k=64)
+        ref = LQ.QOperand(ROWWISE, data=F.pad(ref.data.view(U8), (0, 0, 0, 6)).view(ref.data.dtype),
+                          scale=torch.cat([ref.scale, torch.full((6, 1), ref.scale.new_tensor(FP8_TINY) / 448)]))
+        data, scale = LP.quantize_fp8_operand(t, 1, 0, 32, 200, max_block_k=64)
         assert_same_operand(ref, LQ.QOperand(ROWWISE, data=data, scale=scale))
 
 
