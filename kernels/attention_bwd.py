@@ -18,10 +18,13 @@ accumulators fit in registers.
 Partner folding (FLAMIA.md): a per-token scale along a product's contraction axis
 (s_dO in dV, s_q in dK, s_k in dQ) is multiplied into the partner before the
 partner is quantized or rounded, so the stored bytes serve both orientations.
-The score recompute and, in the dK/dV kernel, dP = V·dOᵀ (both operands per-token fp8,
-D contiguous) are FP8 products; the rest run on bf16 tensor cores (FP8 values are exact in
-bf16). Hopper's FP8 MMA accumulates with reduced precision, so the dQ kernel's bf16 dP and the
-dK/dV kernel's FP8 dP give dQ's 1.3e-3 apart (H200, S = 2048); both match the reference.
+The score recompute and dP (dPᵀ = V·dOᵀ in the dK/dV kernel, dP = dO·Vᵀ in the dQ kernel, both
+operands per-token fp8) are FP8 products; dV and dK / dQ run on bf16 tensor cores over FP8 values
+(exact in bf16). The dQ kernel reads V's rows out of the stored Vᵀ, so the register copy it
+stages is K-major (D contiguous), as an FP8 wgmma's B operand must be. Hopper's FP8 MMA
+accumulates with reduced precision, so the two kernels' dP differ in the last bits (dQ through
+the atomic path vs the dQ kernel: 1.3e-3 apart on the H200 when the latter's dP was bf16);
+both match the reference.
 GQA: one dK/dV program loops over the query heads that share its K/V head, so no atomics
 are needed (config dq="atomic", a benchmark option, adds dQ atomically instead, see
 `launch_config`).
@@ -215,11 +218,13 @@ if HAS_TRITON:
         else:
             k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
             ks = tl.load(KS + bhk * S + cols)
+        # V's bytes as rows (BN, D), read from the stored Vᵀ: as dP's B operand, V·(…)ᵀ contracts over D,
+        # and an fp8 B must be K-major (D contiguous) in shared memory, which the register copy gives
         if V_OFF and not DIAG:
-            vt = tl.load(VBT + bhk * S * D + offs_d[:, None] * S + cols[None, :])  # (D, BN)
+            v = tl.load(VBT + bhk * S * D + offs_d[None, :] * S + cols[:, None])
             vs = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BM) + start_n // BM)
         else:
-            vt = tl.load(VT + bhk * S * D + offs_d[:, None] * S + cols[None, :])
+            v = tl.load(VT + bhk * S * D + offs_d[None, :] * S + cols[:, None])
             vs = tl.load(VS + bhk * S + cols)
         s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
         if HAS_DOC:
@@ -231,7 +236,11 @@ if HAS_TRITON:
             s = tl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
         m_use = finite_row_max(m, HAS_DOC)
         p = tl.exp2(s - (m_use - 8.0)[:, None])
-        dp = mma(do.to(tl.bfloat16), vt.to(tl.bfloat16), INTERP) * (sdo[:, None] * vs[None, :])
+        if v.dtype == do.dtype:  # fp8 dO and V: an FP8 product, as dPᵀ in the dK/dV kernel
+            dp = mma(do, tl.trans(v), INTERP)
+        else:
+            dp = mma(do.to(tl.bfloat16), tl.trans(v.to(tl.bfloat16)), INTERP)
+        dp = dp * (sdo[:, None] * vs[None, :])
         ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
         yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BM, BN, TINY, INTERP)
         dq += mma(yq.to(tl.bfloat16), k.to(tl.bfloat16), INTERP) * ys[:, None]

@@ -7,11 +7,18 @@ Two rows per format: the bare GEMM on operands quantized beforehand (the tensor-
 rate, 2·M·N·K FLOPs) and the whole `quantized_linear` forward + backward with its
 quantization passes (3 GEMMs, 6·M·N·K FLOPs). mxfp8/nvfp4 are emulated on Hopper
 (bf16 products): their rows show the emulation's cost, never a format speed-up.
+`--host-profile N`: also run N fwd+bwd steps per format under cProfile and print the host (Python)
+time per step and the functions that take it: at gpt-1b's shapes one fp8 linear's launches cost
+more CPU than its GPU work, so the step is host-bound (bench_train's `busy` below 100%).
 Never imported by the package.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
+import time
 
 import torch
 from flamia_kernels import linear_gemm as G
@@ -52,6 +59,8 @@ def main() -> None:
     p.add_argument("--k", type=int, default=8192, help="in_features")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--formats", nargs="+", default=["bf16", "fp8", "fp8-block"], choices=LINEAR_FORMATS)
+    p.add_argument("--host-profile", type=int, default=0, metavar="N",
+                   help="cProfile N fwd+bwd steps per format: host ms per step and the top functions")
     args = p.parse_args()
     assert torch.cuda.is_available(), "bench_linear.py needs a CUDA device"
     dev = torch.device("cuda")
@@ -78,6 +87,25 @@ def main() -> None:
         else:
             path = f"emulated: {reason or next(iter(G._NATIVE_BROKEN.values()))}"[:44]
         print(f"{fmt:<10} {path:<44} {flops / gemm_ms / 1e9:>13.0f} {3 * flops / step_ms / 1e9:>16.0f}")
+        if args.host_profile:
+            _host_profile(fmt, step, args.host_profile, step_ms)
+
+
+def _host_profile(fmt: str, step, n: int, gpu_ms: float) -> None:
+    """Host time per fwd+bwd step (no synchronization inside the loop) and where cProfile sees it."""
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(n):
+        step()
+    prof.disable()
+    host_ms = (time.perf_counter() - t0) * 1e3 / n
+    torch.cuda.synchronize()
+    print(f"  {fmt}: host {host_ms:.3f} ms per fwd+bwd under cProfile (timed step {gpu_ms:.3f} ms)")
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(15)
+    print("\n".join("  " + line for line in out.getvalue().splitlines() if line.strip()))
 
 
 if __name__ == "__main__":
