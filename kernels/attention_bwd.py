@@ -327,8 +327,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
     (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "which"
     ("dkdv" or "dq" alone), "dq" (DQ_MODES, see `launch_config`), "bn" (keys per dK/dV
-    program: the forward's tile, or half of it: compiled for sm_90, 8 warps, it spills ~300
-    bytes per thread instead of ~1,400, scripts/kernel_registers.py; not yet timed). doc: None, or
+    program: the forward's tile, or half of it: compiled for sm_90, 8 warps, it spills ~520
+    bytes per thread instead of ~1,460, scripts/kernel_registers.py, yet on the H200 at S = 8k it
+    took 23.2 ms against the default's 14.9: twice the programs each reload and convert every query
+    sub-tile, and that per-sub-tile work, not the spills, is what the kernel waits on). doc: None, or
     `document.doc_tables(doc_ids)` as the forward got it.
     """
     b, hq, seq, d = q.vals.shape
