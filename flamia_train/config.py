@@ -27,7 +27,7 @@ from flamia_train.parallel import ParallelConfig, validate_parallel
 from flamia_train.precision import PrecisionConfig
 from flamia_train.precision_schedule import PrecisionPlan, build_plan
 from flamia_train.schedules import ScheduleConfig, validate_schedule
-from flamia_train.trainer import TrainConfig
+from flamia_train.trainer import OPTIMIZER_IMPLS, TrainConfig
 
 RESUME_WORDS = ("auto", "never")
 
@@ -94,6 +94,7 @@ def _validate_train(cfg: FlamiaConfig, world_size: int) -> None:
         _positive(f"train.{key}", getattr(t, key), allow_zero=True)
     if not (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1):
         raise ConfigError("train.beta1/beta2", (t.beta1, t.beta2), "each must be in [0, 1)")
+    _one_of("train.optimizer_impl", t.optimizer_impl, OPTIMIZER_IMPLS)
     if t.seq_len % SEQ_BLOCK:
         raise ConfigError("train.seq_len", t.seq_len, f"must be a multiple of the attention block {SEQ_BLOCK}")
     validate_guard(t.spike_sigma, t.spike_window, t.max_bad_steps, t.inject_fault)

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 from flamia_train.errors import ConfigError
 
 AC_MODES = ("none", "selective", "full")
+RESHARD_POLICIES = ("default", "always", "never")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -46,6 +47,7 @@ class ParallelConfig:
     compile: bool = False  # torch.compile each block (after checkpointing, before sharding)
     param_dtype: str = "bf16"  # bf16 | fp32: FSDP2 MixedPrecisionPolicy dtype of unsharded params
     reduce_dtype: str = "fp32"  # bf16 | fp32: dtype of the gradient reduce-scatter / all-reduce
+    reshard_after_forward: str = "default"  # default | always | never: free gathered block params after forward
     device: str = "auto"  # auto (cuda if present) | cpu | cuda
 
 
@@ -58,6 +60,8 @@ def validate_parallel(cfg: ParallelConfig, world_size: int | None = None) -> Non
             raise ConfigError(f"parallel.{key}", getattr(cfg, key), f"one of {tuple(DTYPES)}")
     if cfg.device not in DEVICES:
         raise ConfigError("parallel.device", cfg.device, f"one of {DEVICES}")
+    if cfg.reshard_after_forward not in RESHARD_POLICIES:
+        raise ConfigError("parallel.reshard_after_forward", cfg.reshard_after_forward, f"one of {RESHARD_POLICIES}")
     if cfg.dp_replicate < 1 or (world_size is not None and world_size % cfg.dp_replicate):
         rule = "a positive integer" if world_size is None else f"a divisor of world size {world_size}"
         raise ConfigError("parallel.dp_replicate", cfg.dp_replicate, f"must be {rule}")
@@ -221,11 +225,32 @@ def parallelize(model: nn.Module, cfg: ParallelConfig, mesh: DeviceMesh) -> nn.M
     """
     validate_parallel(cfg, mesh.size())
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg.param_dtype], reduce_dtype=DTYPES[cfg.reduce_dtype])
+    reshard = reshard_blocks(cfg.reshard_after_forward, shard_group_size(mesh))
     for i, block in enumerate(model.layers):
         block = model.layers[i] = _apply_activation_checkpointing(block, cfg.activation_checkpoint)
         if cfg.compile:
             block.compile()  # in place: parameter names stay those of the eager block
-        fully_shard(block, mesh=mesh, mp_policy=mp)
-    # The root group holds the embedding, final norm and LM head (one shared tensor when tied).
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+    # The root group holds the embedding, final norm and LM head (one shared tensor when tied). The
+    # backward starts with the LM head, so freeing it after the forward would only gather it again.
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=cfg.reshard_after_forward == "always")
     return model
+
+
+def shard_group_size(mesh: DeviceMesh) -> int:
+    """Ranks one parameter is sharded over: the "dp_shard" dim of an HSDP mesh, else the whole mesh."""
+    names = mesh.mesh_dim_names or ()
+    return mesh["dp_shard"].size() if "dp_shard" in names else mesh.size()
+
+
+def reshard_blocks(policy: str, shard_ranks: int) -> bool:
+    """Whether each block frees its gathered parameters after its forward (FSDP2 reshard_after_forward).
+
+    "default": yes when they are sharded over 2+ ranks (the memory FSDP exists to save), no over one
+    rank, where the "shard" is the whole tensor and resharding saves only the bf16 copy while the
+    backward pays a second gather (a copy-in and copy-out of every parameter: in bench_train's
+    gpt-1b profile at 8k the cast and copy kernels took ~40 ms of a ~380 ms step). "always" /
+    "never" force it (never: the bf16 parameters of every block stay gathered until the backward)."""
+    if policy == "default":
+        return shard_ranks > 1
+    return policy == "always"

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from flamia_train.build import Run
 
 
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")  # train.optimizer_impl (build.optimizer_kernels)
+
+
 @dataclass
 class TrainConfig:
     """Optimizer, batch and loop settings (the `train:` node)."""
@@ -41,6 +44,7 @@ class TrainConfig:
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.95  # AdamW beta2
     eps: float = 1e-8  # AdamW epsilon
+    optimizer_impl: str = "auto"  # AdamW kernels: auto (fused on CUDA, for-loop on CPU) | fused | foreach | for-loop
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     eval_interval: int = 100  # evaluate held-out loss every N steps (and at 0 and the end); 0 = only at the end
     eval_batches: int = 8  # micro-batches per held-out evaluation (the same ones every time)

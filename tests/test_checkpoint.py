@@ -307,3 +307,29 @@ def test_fsdp2_two_ranks_round_trip_then_resume_on_one(tmp_path):
     assert meta["world_size"] == 2 and loader.position == 77
     for key, value in plain.state_dict().items():
         assert torch.equal(value, expected[key]), key
+
+
+def test_checkpoint_of_one_adamw_kernel_resumes_under_another(tmp_path):
+    """train.optimizer_impl changes the kernels, not the state: a checkpoint written by the for-loop
+    AdamW (the CPU's auto, and foreach's layout too) resumes in the fused one (CUDA's auto since
+    session 4) with the same moments and step, and both then take the same next step."""
+    from flamia_train.build import optimizer_kernels
+
+    assert optimizer_kernels("auto", True) == {"fused": True}
+    assert optimizer_kernels("auto", False) == {"foreach": False}
+    assert optimizer_kernels("foreach", True) == {"foreach": True}
+    model, opt = _trained()
+    path = _save(_manager(tmp_path), 7, model, opt)
+    fresh = Tiny()
+    fused = torch.optim.AdamW(fresh.parameters(), lr=1e-2, **optimizer_kernels("fused", False))
+    sched = LRSchedule(ScheduleConfig(warmup_steps=2), 1e-3, 100)
+    _manager(tmp_path).load(path, fresh, fused, {"sched": sched, "loader": Counter()}, {"rng": RNGState(7, 0)})
+    for p, q in zip(opt.param_groups[0]["params"], fused.param_groups[0]["params"], strict=True):
+        assert torch.equal(opt.state[p]["exp_avg"], fused.state[q]["exp_avg"])
+        assert float(opt.state[p]["step"]) == float(fused.state[q]["step"]) == 2
+    tokens = torch.randint(0, 32, (2, 5))
+    for m, o in ((model, opt), (fresh, fused)):
+        nn.functional.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()).backward()
+        o.step()
+    for p, q in zip(model.parameters(), fresh.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

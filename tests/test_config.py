@@ -87,6 +87,8 @@ BAD_VALUES = [
     (["checkpoint.keep=0"], "checkpoint.keep"),
     (["resume=/no/such/checkpoint"], "resume"),
     (["parallel.dp_replicate=3"], "parallel.dp_replicate"),
+    (["parallel.reshard_after_forward=sometimes"], "parallel.reshard_after_forward"),
+    (["train.optimizer_impl=adafactor"], "train.optimizer_impl"),
 ]
 
 

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from flamia_train.errors import ConfigError
 from flamia_train.model import GPT
 from flamia_train.parallel import (
+    RESHARD_POLICIES,
     ParallelConfig,
     all_reduce_max,
     all_reduce_mean,
@@ -26,6 +27,8 @@ from flamia_train.parallel import (
     build_mesh,
     init_distributed,
     parallelize,
+    reshard_blocks,
+    shard_group_size,
     shutdown,
     validate_parallel,
 )
@@ -104,6 +107,36 @@ def test_bf16_params_keep_fp32_master_weights(env):
     torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=2e-2)
 
 
+def test_reshard_policies_change_no_number(env):
+    """"default" keeps one rank's gathered block parameters through the backward (nothing to save by
+    freeing them, a second gather to pay); any policy gives the same loss and gradients, bit for
+    bit, over two accumulated micro-batches."""
+    assert (reshard_blocks("default", 1), reshard_blocks("default", 2)) == (False, True)
+    assert (reshard_blocks("always", 1), reshard_blocks("never", 8)) == (True, False)
+    ref = _model()
+    batches = [_batch(), _batch()]
+    results = {}
+    for policy in RESHARD_POLICIES:
+        pcfg = ParallelConfig(param_dtype="bf16", reshard_after_forward=policy)
+        mesh = build_mesh(env, pcfg)
+        assert shard_group_size(mesh) == 1
+        model = parallelize(copy.deepcopy(ref), pcfg, mesh)
+        # FSDP2 keeps a post-forward mesh exactly for the groups that reshard after forward
+        blocks_reshard = model.layers[0]._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
+        root_reshards = model._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
+        assert (blocks_reshard, root_reshards) == (policy == "always", policy == "always"), policy
+        losses = [loss_fn(model, b) for b in batches]
+        for loss in losses:
+            loss.backward()
+        results[policy] = (torch.stack(losses).detach(), {n: _full(p.grad) for n, p in model.named_parameters()})
+    loss0, grads0 = results["always"]
+    for policy in ("default", "never"):
+        loss, grads = results[policy]
+        assert torch.equal(loss, loss0), policy
+        for name, g in grads0.items():
+            assert torch.equal(grads[name], g), (policy, name)
+
+
 class _CountOps(TorchDispatchMode):
     """Counts aten ops by name (to see what a backward recomputes)."""
 
@@ -171,7 +204,7 @@ def test_bad_parallel_config(env):
         build_mesh(env, ParallelConfig(dp_replicate=2))  # world size 1
     assert err.value.key == "parallel.dp_replicate"
     for field, value in [("activation_checkpoint", "some"), ("param_dtype", "fp16"), ("device", "tpu"),
-                         ("dp_replicate", 0)]:
+                         ("dp_replicate", 0), ("reshard_after_forward", "sometimes")]:
         with pytest.raises(ConfigError) as err:
             validate_parallel(ParallelConfig(**{field: value}))
         assert err.value.key == f"parallel.{field}"
