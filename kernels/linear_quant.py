@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from . import formats as FM
 from . import linear_prepass as LP
+from . import quantize as Q
 from ._triton_env import can_run_triton
 
 
@@ -155,19 +156,28 @@ class QuantStats:
 
 
 def _quantize_groups(g, kind, want_split, stochastic, generator, row_global):
-    """(QOperand fields dict, scaled codes q) for groups g [A, B, n] of one kind."""
+    """(QOperand fields dict, scaled codes q) for groups g [A, B, n] of one kind.
+
+    MXFP8 and NVFP4 groups are quantized by the attention pre-pass's Triton kernels (`quantize`:
+    one launch each, the same bytes as `formats` bit for bit, the same stochastic-rounding draws)
+    wherever Triton runs on g, else by `formats` itself (`quantize` falls back on its own): the
+    PyTorch quantizers dispatch ~200 ops per NVFP4 operand, which made the emulated recipes
+    launch-bound on the GPU (scripts/count_linear_ops.py)."""
     if kind.fmt == "fp8":
         x8, scale = FM.quantize_fp8_per_token(g)
         return {"data": x8, "scale": scale}, x8.float()
     if kind.fmt == "mxfp8":
-        x8, code = FM.quantize_mxfp8(g, block=g.shape[-1])
+        x8, code = Q.quantize_mxfp8(g, block=g.shape[-1])
         return {"values": FM.dequantize_mxfp8(x8, code)}, x8.float()
-    if row_global:  # one global scale per row of the [M, K] operand (rows == 1 here)
-        glob = FM.nvfp4_per_token_global_scale(g.flatten(1)).unsqueeze(-1)  # (M, 1, 1)
+    if row_global:  # one global scale per row of the [M, K] operand (rows == 1 here), found in the same pass
+        flat = Q.quantize_nvfp4_per_token(g.flatten(1), block=g.shape[-1], stochastic=stochastic,
+                                          generator=generator)
+        glob = flat.global_scale.unsqueeze(-1)  # (M, 1, 1)
+        qt = FM.NVFP4Tensor(flat.codes.reshape(*g.shape[:-1], -1), flat.block_scale.unsqueeze(-1), glob)
     else:
         glob = FM.nvfp4_global_scale(g.abs().amax()).reshape(1, 1, 1)
-    qt = FM.quantize_nvfp4(g, block=g.shape[-1], global_scale=glob, stochastic=stochastic,
-                           generator=generator)
+        qt = Q.quantize_nvfp4(g, block=g.shape[-1], global_scale=glob, stochastic=stochastic,
+                              generator=generator)
     q = FM.e2m1_to_float(FM.unpack_nibbles(qt.codes))
     if want_split:
         return {"unit": q * qt.block_scale.float(), "post": glob.reshape(-1, 1)}, q

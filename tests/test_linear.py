@@ -387,3 +387,18 @@ def test_gpu_paths_match_cpu_emulation(fmt, monkeypatch):
     for name, c, g in zip(("y", "dx", "dw"), cpu, gpu, strict=True):
         rel = ((g.cpu().float() - c.float()).norm() / c.float().norm()).item()
         assert rel < 1e-2, f"{fmt} {name}: GPU vs CPU emulation relative error {rel:.2e}"
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+def test_emulated_formats_quantize_through_the_triton_prepass(fmt, monkeypatch):
+    """Every operand of the three GEMMs goes through `quantize`'s one-launch kernels where Triton runs
+    (test_role_matches_reference holds the results to `formats` bit for bit on that path)."""
+    from flamia_kernels import quantize as Q
+
+    calls = []
+    name = "_nvfp4" if fmt == "nvfp4" else "quantize_mxfp8"
+    inner = getattr(Q, name)
+    monkeypatch.setattr(Q, name, lambda *a, **k: calls.append(a[0].shape) or inner(*a, **k))
+    x, w, dy = _inputs()
+    _run(x, w, dy, LinearSpec(fprop=fmt, dgrad=fmt, wgrad=fmt), seed=3)
+    assert len(calls) == 6, calls  # X, W (fprop); dY, W (dgrad); dYᵀ, Xᵀ (wgrad)
