@@ -53,14 +53,17 @@ def kernel_times_us(prof, on_cuda: bool) -> dict[str, float]:
     """{kernel name: total device µs} from a finished torch.profiler.profile.
 
     On CUDA only device-side kernel events count (a CPU op's device time would count its
-    kernels twice); on the CPU every op's self time counts, which is indicative only.
+    kernels twice), and not the device-side copies of `record_function` ranges (user
+    annotations such as "Optimizer.step#AdamW.step": their time is that of the kernels inside,
+    which count already; before session 4 they did count, so `other` and `busy` ran high, busy
+    above 100%). On the CPU every op's self time counts, which is indicative only.
     """
     from torch.autograd import DeviceType
 
     out: dict[str, float] = {}
     for avg in prof.key_averages():
         if on_cuda:
-            if avg.device_type != DeviceType.CUDA:
+            if avg.device_type != DeviceType.CUDA or getattr(avg, "is_user_annotation", False):
                 continue
             us = avg.self_device_time_total
         else:

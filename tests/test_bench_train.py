@@ -176,3 +176,24 @@ def test_synthetic_loader_matches_the_packed_loader_interface():
     loader.set_seq_len(32, 1)
     inputs, _, doc_ids = loader.next_batch(doc_ids=True)
     assert inputs.shape == doc_ids.shape == (1, 32) and not doc_ids.any()
+
+
+def test_kernel_times_skip_cpu_ops_and_user_annotations():
+    """A record_function range shows up on the device timeline too; its time is its kernels', so
+    counting it would count them twice (the Optimizer.step range did, before session 4)."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def avg(key, device, us, annotation=False):
+        return SimpleNamespace(key=key, device_type=device, self_device_time_total=us, self_cpu_time_total=us,
+                               is_user_annotation=annotation)
+
+    events = [avg("nvjet_tst_192x192", DeviceType.CUDA, 100.0),
+              avg("Optimizer.step#AdamW.step", DeviceType.CUDA, 50.0, annotation=True),
+              avg("aten::mm", DeviceType.CPU, 70.0),
+              avg("multi_tensor_apply_kernel", DeviceType.CUDA, 40.0)]
+    prof = SimpleNamespace(key_averages=lambda: events)
+    assert report.kernel_times_us(prof, on_cuda=True) == {"nvjet_tst_192x192": 100.0,
+                                                           "multi_tensor_apply_kernel": 40.0}
+    assert report.kernel_times_us(prof, on_cuda=False)["aten::mm"] == 70.0
