@@ -39,6 +39,24 @@ if HAS_TRITON:
     from .quantize import _abs_bits, _clamp_tiny, _e4m3_code
 
     @triton.jit
+    def _load_tile(T, offs_m, offs_k, M, K, stride_tm, stride_tk):
+        """fp32 [BLOCK_M, BLOCK_K] of t at rows offs_m, columns offs_k; zero outside [M, K] (the padding)."""
+        return tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
+                       mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _row_scales(amax_bits, TINY: tl.constexpr, BLOCK_M: tl.constexpr):
+        """One E4M3 scale per row, ``max(amax, TINY) / 448`` in IEEE division, from its amax bits."""
+        amax = amax_bits.to(tl.float32, bitcast=True)
+        return tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
+
+    @triton.jit
+    def _store_bytes(Q, v, offs_m, offs_k, Mp, Kp, stride_qm, stride_qk):
+        """E4M3 codes of the scaled tile v into Q [Mp, Kp] (zeros in the padding, where v is 0)."""
+        tl.store(Q + offs_m.to(tl.int64)[:, None] * stride_qm + offs_k.to(tl.int64)[None, :] * stride_qk,
+                 _e4m3_code(v).to(tl.uint8), mask=(offs_m[:, None] < Mp) & (offs_k[None, :] < Kp))
+
+    @triton.jit
     def _fp8_operand_kernel(
         T, Q, Scale, M, K, Mp, Kp,
         stride_tm, stride_tk, stride_qm, stride_qk, stride_sm, stride_sk,
@@ -52,21 +70,18 @@ if HAS_TRITON:
         pid_k = tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
-                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        x = _load_tile(T, offs_m, offs_k, M, K, stride_tm, stride_tk)
         if TILE_SCALE:
             amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
             scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
             tl.store(Scale + pid_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale)
             v = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_M, BLOCK_K)))
         else:
-            amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
-            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
+            scale = _row_scales(tl.max(_abs_bits(x), axis=1), TINY, BLOCK_M)
             tl.store(Scale + offs_m.to(tl.int64) * stride_sm + pid_k.to(tl.int64) * stride_sk, scale,
                      mask=offs_m < Mp)
             v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
-        tl.store(Q + offs_m.to(tl.int64)[:, None] * stride_qm + offs_k.to(tl.int64)[None, :] * stride_qk,
-                 _e4m3_code(v).to(tl.uint8), mask=(offs_m[:, None] < Mp) & (offs_k[None, :] < Kp))
+        _store_bytes(Q, v, offs_m, offs_k, Mp, Kp, stride_qm, stride_qk)
 
     @triton.jit
     def _row_amax_kernel(T, AMAX, M, K, stride_tm, stride_tk, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -76,8 +91,7 @@ if HAS_TRITON:
         the tokens, 8K+ long, and there are only out/64 of them per operand."""
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
-                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        x = _load_tile(T, offs_m, offs_k, M, K, stride_tm, stride_tk)
         # |bits| of floats order as the values do (NaN above inf): an integer max is the amax, NaN-propagating
         tl.atomic_max(AMAX + offs_m, tl.max(_abs_bits(x), axis=1), mask=offs_m < M, sem="relaxed")
 
@@ -91,14 +105,11 @@ if HAS_TRITON:
         pid_k = tl.program_id(1)
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        amax = tl.load(AMAX + offs_m, mask=offs_m < Mp, other=0).to(tl.float32, bitcast=True)
-        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_M,), 448.0, tl.float32))
+        scale = _row_scales(tl.load(AMAX + offs_m, mask=offs_m < Mp, other=0), TINY, BLOCK_M)
         tl.store(Scale + offs_m, scale, mask=(offs_m < Mp) & (pid_k == 0))
-        x = tl.load(T + offs_m.to(tl.int64)[:, None] * stride_tm + offs_k.to(tl.int64)[None, :] * stride_tk,
-                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0).to(tl.float32)
+        x = _load_tile(T, offs_m, offs_k, M, K, stride_tm, stride_tk)
         v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_M, BLOCK_K)))
-        tl.store(Q + offs_m.to(tl.int64)[:, None] * stride_qm + offs_k.to(tl.int64)[None, :] * stride_qk,
-                 _e4m3_code(v).to(tl.uint8), mask=(offs_m[:, None] < Mp) & (offs_k[None, :] < Kp))
+        _store_bytes(Q, v, offs_m, offs_k, Mp, Kp, stride_qm, stride_qk)
 
 
 def _pow2(n: int) -> int:
