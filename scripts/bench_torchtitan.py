@@ -24,23 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_train import batch_shape, parse_context  # scripts/ is this script's first sys.path entry
+
 SCRIPTS = Path(__file__).resolve().parent
 STEP_LINE = re.compile(r"step:\s*(\d+).*?loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)")
 VARIANTS = {"eager": [], "compile": ["--compile.enable"]}
 
 
-def parse_context(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([kK]?)", text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"context {text!r}: a token count like 8192 or 8k")
-    return int(m.group(1)) * (1024 if m.group(2) else 1)
-
-
 def command(seq_len: int, variant: str, args, dump: str) -> list[str]:
-    micro = max(1, args.micro_tokens // seq_len)
-    if args.tokens_per_step % (micro * seq_len):
-        raise SystemExit(f"bench_torchtitan: --tokens-per-step {args.tokens_per_step} is not a multiple of "
-                         f"micro-batch {micro} x seq_len {seq_len}")
+    micro, _ = batch_shape(seq_len, args.tokens_per_step, args.micro_tokens)  # bench_train's batching
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", "-m", "torchtitan.train",
             "--experimental.custom_import", "torchtitan_gpt1b", "--model.name", "flamia_gpt1b",
             "--model.flavor", "gpt1b", "--training.seq_len", str(seq_len),
