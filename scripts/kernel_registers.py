@@ -138,7 +138,12 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
             fn = bwd._dq_kernel
             consts.update(BM=block, BN=sub)
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
-    src = ASTSource(fn=fn, signature=_signature(fn.fn, consts, pointers), constexprs=consts)
+    sig = _signature(fn.fn, consts, pointers)
+    # the JIT specializes 16-byte-aligned pointers and integers divisible by 16 (every launch here): without
+    # these hints addresses are computed per element and loads are not vectorized
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(sig.items())
+             if kind.startswith("*") or kind == "i32"}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
     label = f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
     if kernel != "fwd":
