@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from . import formats as F
 from ._triton_env import HAS_TRITON, INTERPRET
 
 FMT_CODES = {"bf16": 0, "fp8": 1, "mxfp8": 2, "nvfp4": 3}
@@ -166,8 +167,11 @@ if HAS_TRITON:
         return byte.to(tl.uint8), scale
 
 
+# P's fixed NVFP4 global scale (reference.p_nvfp4_global: formats' global for amax 1), computed once at
+# import: a per-call `float(tensor)` is a `.item()` that breaks torch.compile's graph at every attention call.
+_P_GLOBAL = float(F.nvfp4_global_scale(torch.tensor(1.0)).to(torch.float32))
+
+
 def p_global_value() -> float:
     """P's fixed NVFP4 global scale as a Python float holding the exact fp32 value."""
-    from .reference import p_nvfp4_global
-
-    return float(p_nvfp4_global().to(torch.float32))
+    return _P_GLOBAL

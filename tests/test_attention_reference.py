@@ -77,3 +77,15 @@ def test_row_statistics_round_trip():
     m2, linv = reference.unpack_stats(lse2, moff)
     assert torch.equal(m2, m) and moff.dtype == torch.int8
     torch.testing.assert_close(linv, 1.0 / l, rtol=3e-5, atol=0)
+
+
+def test_kernels_fixed_p_global_is_the_reference_value():
+    """The kernels take P's NVFP4 global as a Python float computed once at import (a per-call
+    `float(tensor)` broke torch.compile's graph at every attention call); it must stay the exact
+    fp32 value of the reference's."""
+    from flamia_kernels.attention_quant import p_global_value
+
+    ref = reference.p_nvfp4_global()
+    assert ref.dtype == torch.float32
+    assert p_global_value() == ref.item()
+    assert torch.tensor(p_global_value(), dtype=torch.float32) == ref

@@ -30,7 +30,8 @@ def test_reports_the_dq_kernel_on_sm90():
     row = [line for line in out.stdout.splitlines() if line.startswith("dq ")]
     assert len(row) == 1 and "8x2x32 (default)" in row[0], out.stdout
     regs, stores, loads = (int(x) for x in row[0].split()[-3:])
-    assert 0 < regs <= 255 and stores >= 0 and loads >= 0
+    # compiled with the JIT's divisibility hints, the dQ kernel holds its tiles in registers (0 bytes spilled)
+    assert 0 < regs <= 255 and stores == 0 and loads == 0, row
 
 
 def test_parse_config_forward_option():
