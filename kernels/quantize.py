@@ -318,8 +318,10 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool):
-    """Launch the fp8 kernel on x [..., S, D]; block None = per token, else per token block."""
+def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool, launch: dict | None = None):
+    """Launch the fp8 kernel on x [..., S, D]; block None = per token, else per token block.
+    launch (benchmark sweeps, `_check_launch`): "num_warps", and "rows" (tokens per program, per-token only)."""
+    launch = _check_launch(launch, ("num_warps", "rows") if block is None else ("num_warps",))
     x = x.contiguous()
     seq, dim = x.shape[-2], x.shape[-1]
     bh = x.numel() // max(1, seq * dim)
@@ -328,7 +330,7 @@ def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool):
     block_d = triton.next_power_of_2(dim)
     if block is None:
         scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
-        block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
+        block_s = launch.get("rows") or min(_rows_per_program(block_d), triton.next_power_of_2(seq))
     else:
         scale = torch.empty((*x.shape[:-2], seq // block, 1, 1), dtype=torch.float32, device=x.device)
         block_s = block
@@ -337,26 +339,40 @@ def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool):
         _fp8_tokens_kernel[grid](
             x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, seq, dim,
             TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
-            PER_BLOCK=block is not None, WRITE_T=transposed, num_warps=_num_warps(block_s * block_d),
+            PER_BLOCK=block is not None, WRITE_T=transposed,
+            num_warps=launch.get("num_warps") or _num_warps(block_s * block_d),
         )
     return (x8, scale, x8t) if transposed else (x8, scale)
+
+
+def _check_launch(launch: dict | None, allowed: tuple[str, ...]) -> dict:
+    """A pre-pass launch override (scripts/bench_prepass.py sweeps them; defaults when None): only
+    `allowed` keys, powers of two. The bytes do not depend on it: each program's rows are independent."""
+    launch = dict(launch or {})
+    for key, value in launch.items():
+        if key not in allowed:
+            raise ValueError(f"pre-pass launch key {key!r}: allowed {', '.join(allowed)}")
+        if not (isinstance(value, int) and _is_pow2(value)):
+            raise ValueError(f"pre-pass launch {key}={value!r}: a power of two")
+    return launch
 
 
 def _fallback_transposed(x8: torch.Tensor, scale: torch.Tensor, transposed: bool):
     return (x8, scale, x8.transpose(-1, -2).contiguous()) if transposed else (x8, scale)
 
 
-def quantize_fp8_per_token(x: torch.Tensor, transposed: bool = False):
+def quantize_fp8_per_token(x: torch.Tensor, transposed: bool = False, launch: dict | None = None):
     """Per-token fp8 of x [..., S, D] (bf16/fp16/fp32), as `formats.quantize_fp8_per_token`.
 
     Returns (x8 [..., S, D] float8_e4m3fn, scale [..., S, 1] fp32), plus with
-    `transposed` x8_t [..., D, S] contiguous: the same bytes, K-major.
+    `transposed` x8_t [..., D, S] contiguous: the same bytes, K-major. launch: benchmark
+    overrides {"num_warps", "rows"} (the same bytes).
     """
     if transposed and x.dim() < 2:
         raise ValueError(f"a transposed copy needs x of shape [..., S, D], got {tuple(x.shape)}")
     if x.dim() < 2 or not can_run_triton(x):
         return _fallback_transposed(*F.quantize_fp8_per_token(x), transposed)
-    return _fp8_tokens(x, None, transposed)
+    return _fp8_tokens(x, None, transposed, launch)
 
 
 def quantize_fp8_token_blocks(x: torch.Tensor, block: int, transposed: bool = False):
@@ -483,13 +499,15 @@ def requantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor, block: in
     return y8, bscale
 
 
-def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False):
+def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False, launch: dict | None = None):
     """Per-token fp8 of x [..., S, D] and its off-diagonal token-block copy, in one read of x.
 
     Returns (x8, scale [..., S] fp32, xb8, block scale [..., S // block] fp32) with x8, xb8 laid
     out [..., S, D], or both [..., D, S] with `transposed` (Vᵀ, the P·V operand). The bytes
     equal `formats.quantize_fp8_per_token` and `formats.requantize_fp8_token_blocks` of them.
+    launch: benchmark override {"num_warps"} (the same bytes).
     """
+    launch = _check_launch(launch, ("num_warps",))
     seq, dim = x.shape[-2], x.shape[-1]
     if not (can_run_triton(x) and _is_pow2(block)) or seq % block or x.dim() < 2:
         x8, scale = F.quantize_fp8_per_token(x)
@@ -509,7 +527,7 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False)
         _fp8_key_side_kernel[(bh, seq // block)](
             x, x8.view(torch.uint8), scale, xb8.view(torch.uint8), bscale, seq, dim,
             TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
-            num_warps=4 if INTERPRET else 8,
+            num_warps=launch.get("num_warps") or (4 if INTERPRET else 8),
         )
     return x8, scale, xb8, bscale
 

@@ -325,3 +325,25 @@ def test_dO_quantizer_with_fused_delta(family):
     assert_same_bits((ref8, ref_scale), (x8, scale))
     want = backward_delta(Operand(ref8, ref_scale[..., 0]), Operand(o8, o_scale[..., 0]))
     torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-6 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_prepass_launch_overrides_keep_the_bytes(device):
+    """scripts/bench_prepass.py's launch variants (more warps, more tokens per program) change how the
+    tiles are spread over threads and programs, never the bytes: each program's rows are independent."""
+    x = make_input("outliers", (2, 3, 512, 128), "fp8_token", seed=31).bfloat16().to(device)
+    base = Q.quantize_fp8_per_token(x, transposed=True)
+    for launch in ({"rows": 128, "num_warps": 8}, {"rows": 64, "num_warps": 16}):
+        assert_same_bits(base, Q.quantize_fp8_per_token(x, transposed=True, launch=launch))
+    for transposed in (False, True):
+        base = Q.quantize_fp8_key_side(x, 128, transposed)
+        for warps in (4, 16):
+            assert_same_bits(base, Q.quantize_fp8_key_side(x, 128, transposed, launch={"num_warps": warps}))
+
+
+def test_prepass_launch_override_errors():
+    x = torch.randn(1, 1, 256, 64).bfloat16()
+    with pytest.raises(ValueError, match="pre-pass launch key 'rows': allowed num_warps"):
+        Q.quantize_fp8_key_side(x, 128, launch={"rows": 64})
+    with pytest.raises(ValueError, match="pre-pass launch num_warps=6: a power of two"):
+        Q.quantize_fp8_per_token(x, launch={"num_warps": 6})
