@@ -208,13 +208,15 @@ if HAS_TRITON:
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
                 qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                 DS_FMT: tl.constexpr, DIAG: tl.constexpr, CAUSAL: tl.constexpr, HAS_DOC: tl.constexpr,
-                K_OFF: tl.constexpr, V_OFF: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr):
-        """One BN-key sub-tile's contribution to the dQ of one BM-query tile; DIAG: inside the
-        query tile (per-token K, V), else the token-block copies where the spec has them."""
+                K_OFF: tl.constexpr, V_OFF: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                TB: tl.constexpr):
+        """One BN-key sub-tile's contribution to the dQ of BM query rows; DIAG: inside the forward's
+        key tile (TB keys) holding those rows (per-token K, V), else the token-block copies where
+        the spec has them."""
         cols = start_n + tl.arange(0, BN)
         if K_OFF and not DIAG:
             k = tl.load(KB + bhk * S * D + cols[:, None] * D + offs_d[None, :])
-            ks = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // BM) + start_n // BM)
+            ks = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // TB) + start_n // TB)
         else:
             k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
             ks = tl.load(KS + bhk * S + cols)
@@ -222,7 +224,7 @@ if HAS_TRITON:
         # and an fp8 B must be K-major (D contiguous) in shared memory, which the register copy gives
         if V_OFF and not DIAG:
             v = tl.load(VBT + bhk * S * D + offs_d[None, :] * S + cols[:, None])
-            vs = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // BM) + start_n // BM)
+            vs = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // TB) + start_n // TB)
         else:
             v = tl.load(VT + bhk * S * D + offs_d[None, :] * S + cols[:, None])
             vs = tl.load(VS + bhk * S + cols)
@@ -250,7 +252,9 @@ if HAS_TRITON:
     def _dq_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ,
                    qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                    DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
-                   HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False):
+                   HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False,
+                   TB: tl.constexpr = 128):
+        """dQ of BM query rows, BM = TB (the forward's tile) or half of it."""
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
@@ -271,19 +275,22 @@ if HAS_TRITON:
         else:
             qdoc = offs_m
             lo = 0
-        for start_n in range(lo, pid_m * BM, BN):
+        tile = pid_m * BM // TB * TB  # the forward's key tile holding these rows: per-token K, V there
+        # causal: its keys up to the last row (later sub-tiles are masked for every row)
+        tile_end = pid_m * BM + BM if CAUSAL else tile + TB
+        for start_n in range(lo, tile, BN):
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                          P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, False, CAUSAL, HAS_DOC,
-                         K_OFF, V_OFF, TINY, INTERP)
-        for start_n in range(pid_m * BM, pid_m * BM + BM, BN):  # the diagonal: masked when causal
+                         K_OFF, V_OFF, TINY, INTERP, TB)
+        for start_n in range(tile, tile_end, BN):  # the diagonal tile: masked when causal
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                          P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, True, CAUSAL, HAS_DOC,
-                         K_OFF, V_OFF, TINY, INTERP)
+                         K_OFF, V_OFF, TINY, INTERP, TB)
         if not CAUSAL:
-            for start_n in range(pid_m * BM + BM, hi, BN):
+            for start_n in range(tile_end, hi, BN):
                 dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                              P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, D, BM, BN, DS_FMT, False, CAUSAL,
-                             HAS_DOC, K_OFF, V_OFF, TINY, INTERP)
+                             HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB)
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
@@ -325,10 +332,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     lse2, moff: the forward's row statistics (reference.pack_stats); delta fp32 [B, Hq, S].
     block: the forward tile (SEQ_BLOCK); the sub-tiles along each product's contraction are
     DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
-    (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "which"
+    (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "dq_warps" /
+    "dq_stages" / "dq_sub" (the dQ kernel's own launch; the dK/dV kernel's when absent), "bm" (query
+    rows per dQ program: the forward's tile, or half of it, so that four warps hold its accumulator
+    and two programs share an SM), "which"
     ("dkdv" or "dq" alone), "dq" (DQ_MODES, see `launch_config`), "bn" (keys per dK/dV
-    program: the forward's tile, or half of it: compiled for sm_90, 8 warps, it spills ~520
-    bytes per thread instead of ~1,460, scripts/kernel_registers.py, yet on the H200 at S = 8k it
+    program: the forward's tile, or half of it: compiled for sm_90, 8 warps, it spills nothing where
+    the default spills ~240 bytes per thread, scripts/kernel_registers.py, yet on the H200 at S = 8k it
     took 23.2 ms against the default's 14.9: twice the programs each reload and convert every query
     sub-tile, and that per-sub-tile work, not the spills, is what the kernel waits on). doc: None, or
     `document.doc_tables(doc_ids)` as the forward got it.
@@ -342,14 +352,27 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     dq_mode = config.pop("dq", defaults["dq"])
     bn = config.pop("bn", block)
+    # the dQ kernel's own launch where it has one, else the dK/dV kernel's
+    dq_sub = config.pop("dq_sub", sub)
+    bm = config.pop("bm", block)  # query rows per dQ program
+    dq_launch = {"num_warps": config.pop("dq_warps", config.get("num_warps")),
+                 "num_stages": config.pop("dq_stages", config.get("num_stages"))}
+    dq_launch = {k: v for k, v in dq_launch.items() if v is not None}
+    if bm not in (block, block // 2) or bm < dq_sub:
+        raise ValueError(f"backward config bm={bm}: allowed {block} (the forward's tile) or {block // 2}, "
+                         f"and at least the dQ sub-tile ({dq_sub})")
     if bn not in (block, block // 2) or bn < sub:
         raise ValueError(f"backward config bn={bn}: allowed {block} (the forward's tile) or {block // 2}, "
                          f"and at least the sub-tile ({sub})")
     if bn != block and doc is not None:
         raise ValueError(f"backward config bn={bn} with document masking: the fold's row factor then depends "
                          f"on the documents; use bn={block}")
-    if sub != DS_TILE and spec.ds in ("fp8", "nvfp4"):
-        raise ValueError(f"dS format {spec.ds} fixes the backward sub-tile at DS_TILE = {DS_TILE}")
+    for name, value in (("sub", sub), ("dq_sub", dq_sub)):
+        if value != DS_TILE and spec.ds in ("fp8", "nvfp4"):
+            raise ValueError(f"backward config {name}={value}: dS format {spec.ds} fixes the backward sub-tile "
+                             f"at DS_TILE = {DS_TILE}")
+        if value not in (16, 32, 64, 128) or value > block:
+            raise ValueError(f"backward config {name}={value}: allowed 16, 32, 64 or 128, at most the tile ({block})")
     if dq_mode not in DQ_MODES:
         raise ValueError(f"backward config dq={dq_mode!r}: allowed {', '.join(DQ_MODES)}")
     if dq_mode == "atomic" and spec.ds != "bf16":
@@ -362,7 +385,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     # fp32 sums of every key tile's dQ rows (zeros: each tile adds into them)
     dqa = torch.zeros(b, hq, seq, d, dtype=torch.float32, device=q.vals.device) if fuse else dk
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
-                  HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None, **config)
+                  HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
@@ -374,11 +397,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, *scalars, BN=bn, BM=sub,
                                            PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
-                                           R_PRE=bn != block, **common)
+                                           R_PRE=bn != block, **common, **config)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:
         dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
         if which != "dkdv":
-            _dq_kernel[(seq // block, b * hq)](*args, dq, *scalars, BM=block, BN=sub, **common)
+            _dq_kernel[(seq // bm, b * hq)](*args, dq, *scalars, BM=bm, BN=dq_sub, TB=block, **common,
+                                            **{**config, **dq_launch})
     return dq, dk, dv

@@ -68,8 +68,8 @@ if HAS_TRITON:
             return tl.load(P + off + offs_d[:, None] * S + cols[None, :])
 
     @triton.jit
-    def _scores(q, qe, k, KE, kve_off, start, zero, D: tl.constexpr, BLOCK: tl.constexpr, QK_MX: tl.constexpr,
-                INTERP: tl.constexpr):
+    def _scores(q, qe, k, KE, kve_off, start, zero, D: tl.constexpr, BM: tl.constexpr, BLOCK: tl.constexpr,
+                QK_MX: tl.constexpr, INTERP: tl.constexpr):
         """q·kᵀ of the key tile k at `start`, before the per-token scales. QK_MX: q and k are MXFP8's
         E4M3 bytes with their E8M0 codes (qe, and KE at kve_off: [S, D // 32] per head), one
         block-scaled product (sm_100's tcgen05 MMA; other targets get Triton's bf16 decomposition,
@@ -80,34 +80,34 @@ if HAS_TRITON:
         if QK_MX:
             cols = start + tl.arange(0, BLOCK)
             ke = tl.load(KE + kve_off + cols[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :])
-            return tl.dot_scaled(q, qe, "e4m3", tl.trans(k), ke, "e4m3", acc=tl.full([BLOCK, BLOCK], zero, tl.float32))
+            return tl.dot_scaled(q, qe, "e4m3", tl.trans(k), ke, "e4m3", acc=tl.full([BM, BLOCK], zero, tl.float32))
         else:
             return mma(q, tl.trans(k), INTERP)
 
     @triton.jit
-    def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+    def _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BM: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                    TINY: tl.constexpr, INTERP: tl.constexpr):
         """acc·α + P·V for per-token V scales: x = p·s_v[j]/r_i (<= 256) quantized per `pv`."""
-        x = p * vs[None, :] * tl.math.div_rn(tl.full([BLOCK], 1.0, tl.float32), r)[:, None]
+        x = p * vs[None, :] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[:, None]
         if PV_FMT == 1:  # E4M3(x): P's ×256 is already in p
             pv = mma(p_fp8_scaled(x, INTERP), tl.trans(vt), INTERP)
             return acc * alpha[:, None] + pv * r[:, None]
         else:  # bf16, or MXFP8 / NVFP4 emulated: exact dequantized values in a bf16 product
-            xq, prs = quant_rows(x * (1.0 / 256.0), P_GLOB, PV_FMT, True, BLOCK, BLOCK, TINY, INTERP)
+            xq, prs = quant_rows(x * (1.0 / 256.0), P_GLOB, PV_FMT, True, BM, BLOCK, TINY, INTERP)
             pv = mma(xq.to(tl.bfloat16), tl.trans(vt).to(tl.bfloat16), INTERP)
             return acc * alpha[:, None] + pv * (r * (prs * 256.0))[:, None]
 
     @triton.jit
     def _fwd_diag_tile(acc, m_i, l_i, q, qe, qs, K, KE, KS, VT, VS, kv_off, kve_off, kvs_off, start, offs_m, offs_d,
-                       S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
-                       CAUSAL: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
-                       INTERP: tl.constexpr, QK_MX: tl.constexpr):
+                       S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr, BM: tl.constexpr, BLOCK: tl.constexpr,
+                       PV_FMT: tl.constexpr, CAUSAL: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr,
+                       TINY: tl.constexpr, INTERP: tl.constexpr, QK_MX: tl.constexpr):
         """The query block's own key tile, per-token K and V (CAUSAL False: no j <= i mask)."""
         cols = start + tl.arange(0, BLOCK)
         k = tl.load(K + kv_off + cols[:, None] * D + offs_d[None, :])  # (BLOCK, D)
         ks = tl.load(KS + kvs_off + cols)
         vs = tl.load(VS + kvs_off + cols)
-        s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BLOCK, QK_MX, INTERP)
+        s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BM, BLOCK, QK_MX, INTERP)
         s = s * (qs[:, None] * ks[None, :])  # (BM, BN), log2 units
         if HAS_DOC:  # block-diagonal: same document (and j <= i on the diagonal)
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
@@ -122,22 +122,22 @@ if HAS_TRITON:
             r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
             r = tl.where(r > 0.0, r, 1.0)
         else:  # leaky: the whole tile, future keys included
-            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)
+            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)
         m_new = tl.maximum(m_i, tl.ceil(tl.max(s, 1)))
         m_use = finite_row_max(m_new, HAS_DOC)
         alpha = tl.exp2(m_i - m_use)
         p = tl.exp2(s - (m_use - 8.0)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         vt = tl.load(VT + kv_off + offs_d[:, None] * S + cols[None, :])  # (D, BN): Vᵀ, K-major
-        acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK, PV_FMT, TINY, INTERP)
+        acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BM, BLOCK, PV_FMT, TINY, INTERP)
         return acc, m_new, l_i
 
     @triton.jit
     def _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT, VBS, kv_off, kve_off, kvs_off,
                       kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr,
-                      BLOCK: tl.constexpr, PV_FMT: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr,
-                      K_OFF: tl.constexpr, V_OFF: tl.constexpr, CHAIN: tl.constexpr, TINY: tl.constexpr,
-                      INTERP: tl.constexpr, BPTR: tl.constexpr, QK_MX: tl.constexpr):
+                      BM: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, SAFE: tl.constexpr,
+                      HAS_DOC: tl.constexpr, K_OFF: tl.constexpr, V_OFF: tl.constexpr, CHAIN: tl.constexpr,
+                      TINY: tl.constexpr, INTERP: tl.constexpr, BPTR: tl.constexpr, QK_MX: tl.constexpr):
         """A key tile wholly left of (or, non-causal, right of) the diagonal. acc is in units of
         cv (V's tile scale of the last chained product; 1 without V_OFF). BPTR: K and Vᵀ tiles
         through block pointers (a launch option, see `launch_config`)."""
@@ -149,7 +149,7 @@ if HAS_TRITON:
         else:
             k = _key_rows(K, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             ks = tl.load(KS + kvs_off + cols)
-            s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BLOCK, QK_MX, INTERP)
+            s = _scores(q, qe, k, KE, kve_off, start, P_GLOB * 0.0, D, BM, BLOCK, QK_MX, INTERP)
             s = s * (qs[:, None] * ks[None, :])
         if HAS_DOC:
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
@@ -177,13 +177,13 @@ if HAS_TRITON:
             cv = vsb
         else:
             vs = tl.load(VS + kvs_off + cols)
-            r = tl.zeros([BLOCK], tl.float32) + tl.max(vs, 0)  # every key precedes every row
+            r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # every key precedes every row
             if HAS_DOC:
                 if SAFE:  # r over the keys the row sees
                     r = tl.max(tl.where(keep, vs[None, :], 0.0), 1)
                     r = tl.where(r > 0.0, r, 1.0)
             vt = _key_cols(VT, kv_off, start, offs_d, S, D, BLOCK, BPTR)
-            acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BLOCK, PV_FMT, TINY, INTERP)
+            acc = _pv_tokens(acc, alpha, p, r, vs, vt, P_GLOB, BM, BLOCK, PV_FMT, TINY, INTERP)
         return acc, m_new, l_i, cv
 
     @triton.jit
@@ -192,12 +192,13 @@ if HAS_TRITON:
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
-                    QK_MX: tl.constexpr = False):
+                    QK_MX: tl.constexpr = False, BM: tl.constexpr = 128):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
-        offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+        first = pid_m * BM  # the program's first query row; BM divides BLOCK
+        offs_m = first + tl.arange(0, BM)
         offs_d = tl.arange(0, D)
         q_off = bh * S * D
         kv_off = bhk * S * D
@@ -206,41 +207,41 @@ if HAS_TRITON:
         q = tl.load(Q + rows)
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
         kve_off = bhk * S * (D // 32)
-        if QK_MX:  # Q's E8M0 codes, [BLOCK, D // 32]
+        if QK_MX:  # Q's E8M0 codes, [BM, D // 32]
             qe = tl.load(QE + bh * S * (D // 32) + offs_m[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :])
         else:
             qe = qs
-        m_i = tl.full([BLOCK], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK], tl.float32)
-        acc = tl.zeros([BLOCK, D], tl.float32)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, D], tl.float32)
         cv = tl.full([], 1.0, tl.float32)
         doc_off = (bhk // HKV) * S  # the batch row's doc ids
-        diag = pid_m * BLOCK
+        diag = first // BLOCK * BLOCK  # the key tile holding the program's rows
         hi = S
         if HAS_DOC:  # key tiles wholly before the first row's document are masked for every row: skip
             qdoc = tl.load(DOC + doc_off + offs_m)
-            lo = tl.load(DSTART + doc_off + diag) // BLOCK * BLOCK
+            lo = tl.load(DSTART + doc_off + first) // BLOCK * BLOCK
             if not CAUSAL:  # and those wholly after the last row's document
-                hi = (tl.load(DEND + doc_off + diag + BLOCK - 1) + BLOCK - 1) // BLOCK * BLOCK
+                hi = (tl.load(DEND + doc_off + first + BM - 1) + BLOCK - 1) // BLOCK * BLOCK
         else:
             qdoc = offs_m
             lo = 0
         for start in range(lo, diag, BLOCK):
             acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT, VBS,
                                               kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB,
-                                              qdoc, DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
+                                              qdoc, DOC, doc_off, D, BM, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
                                               CHAIN, TINY, INTERP, BPTR, QK_MX)
         acc = acc * cv  # back to true units for the per-token diagonal product
         cv = cv * 0.0 + 1.0
         acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qe, qs, K, KE, KS, VT, VS, kv_off, kve_off, bhk * S, diag,
-                                       offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, CAUSAL,
+                                       offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D, BM, BLOCK, PV_FMT, CAUSAL,
                                        SAFE, HAS_DOC, TINY, INTERP, QK_MX)
         if not CAUSAL:
             for start in range(diag + BLOCK, hi, BLOCK):
                 acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT,
                                                   VBS, kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S,
-                                                  P_GLOB, qdoc, DOC, doc_off, D, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF,
-                                                  V_OFF, CHAIN, TINY, INTERP, BPTR, QK_MX)
+                                                  P_GLOB, qdoc, DOC, doc_off, D, BM, BLOCK, PV_FMT, SAFE, HAS_DOC,
+                                                  K_OFF, V_OFF, CHAIN, TINY, INTERP, BPTR, QK_MX)
             acc = acc * cv
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
@@ -248,7 +249,7 @@ if HAS_TRITON:
         tl.store(LSE2 + bh * S + offs_m, lse2)
         tl.store(MOFF + bh * S + offs_m, (tl.floor(lse2) - m_i).to(tl.int8))
         if SAVE_O8:  # the backward's copy of O, fused: formats.quantize_fp8_per_token of the bf16 O
-            o8, os = fp8_row_bytes(o.to(tl.float32), BLOCK, D, TINY)
+            o8, os = fp8_row_bytes(o.to(tl.float32), BM, D, TINY)
             tl.store(O8 + rows, o8)
             tl.store(OS + bh * S + offs_m, os)
 
@@ -282,7 +283,10 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     k.off / v.off (`attention_operands.OffDiagonal`, v's transposed): the token-block copies read
     off the diagonal, or None (the per-token operand on every tile).
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
-    config: num_warps / num_stages override, and CHAIN (False: a fresh P·V product per tile).
+    config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), and "bm"
+    (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
+    registers and lets two programs share an SM, one's softmax running beside the other's products;
+    every row's arithmetic is the same, only the programs' row blocking changes).
     q.mx and k.mx (mxfp8 bytes and E8M0 codes, `prepare_forward(mx_parts=True)`): QKᵀ as one
     block-scaled product (`tl.dot_scaled`), the Blackwell path (see `native_block_scaled`).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
@@ -302,12 +306,16 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     if qk_mx and INTERPRET:
         raise ValueError("the block-scaled QKᵀ (Operand.mx) has no interpreter path: tl.dot_scaled runs on GPUs only")
     q_in, k_in, q_e, k_e = (q.mx[0], k.mx[0], q.mx[1], k.mx[1]) if qk_mx else (q.vals, k.vals, moff, moff)
-    _fwd_kernel[(seq // block, b * hq)](
+    config = dict(config or launch_config(d, spec.emulated))
+    bm = config.pop("bm", block)
+    if bm not in (block, block // 2):
+        raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")
+    _fwd_kernel[(seq // bm, b * hq)](
         q_in, q.scale, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
         *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, QK_MX=qk_mx, **(config or launch_config(d, spec.emulated)),
+        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, **config,
     )
     if not save_o8:
         return o, lse2, moff, None, None

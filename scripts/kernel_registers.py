@@ -124,7 +124,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
         if qk_mx:
             pointers.update(Q="*fp8e4nv", K="*fp8e4nv", QE="*u8", KE="*u8")
         consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16",
-                      BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx)
+                      BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx, BM=cfg.pop("bm", block))
     else:
         defaults = bwd.launch_config(dim, spec.ds)
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
@@ -136,7 +136,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
                           R_PRE=bn != block)
         else:
             fn = bwd._dq_kernel
-            consts.update(BM=block, BN=sub)
+            consts.update(BM=cfg.pop("bm", block), BN=sub, TB=block)
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
     sig = _signature(fn.fn, consts, pointers)
     # the JIT specializes 16-byte-aligned pointers and integers divisible by 16 (every launch here): without
@@ -145,9 +145,11 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
              if kind.startswith("*") or kind == "i32"}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
-    label = f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
+    label = (f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
+             + (":bm64" if kernel == "fwd" and consts["BM"] != block else ""))
     if kernel != "fwd":
-        label += f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
+        label += (f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
+                  + (":bm64" if kernel == "dq" and consts["BM"] != block else ""))
     ptx = compiled.asm["ptx"]
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 
@@ -171,7 +173,8 @@ def main(argv=None) -> int:
     print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
-            if kernel == "fwd" and ({"sub", "dq", "bn"} & set(cfg)) or kernel != "fwd" and "BPTR" in cfg:
+            if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or kernel != "fwd" and "BPTR" in cfg
+                    or kernel == "dkdv" and "bm" in cfg or kernel == "dq" and "bn" in cfg):
                 continue  # a backward-only option for the forward, or the forward's for the backward
             if args.qk_mx and kernel != "fwd":
                 continue  # the block-scaled QKᵀ is the forward's

@@ -1,10 +1,12 @@
 """The launch-config syntax the kernel scripts share (scripts/bench_attention.py's --fwd-configs /
 --bwd-configs, scripts/kernel_registers.py's --configs). Imports nothing of the kernels, so a
-script may parse its arguments before it decides how the kernels are built.
+script may parse its arguments before it decides how the kernels are built (`launch_overrides`
+imports them when it runs).
 
     WARPSxSTAGES[xSUB] then any of
       :fresh   forward: a fresh P·V product per tile (CHAIN off)
       :bptr    forward: block-pointer K/V loads off the diagonal (BPTR)
+      :bm64    forward, and the backward's dQ kernel: programs of 64 query rows (bm = 64), half the tile
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
       :dkdv / :dq         backward: run one kernel only
@@ -13,8 +15,12 @@ script may parse its arguments before it decides how the kernels are built.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+from pathlib import Path
 
-_FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "half": ("bn", 64), "atomic": ("dq", "atomic"),
+_FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "half": ("bn", 64),
+          "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
 
 
@@ -39,3 +45,38 @@ def parse_config(text: str) -> dict:
 def parse_configs(text: str) -> list[dict]:
     """Comma-separated configs, e.g. "8x3,8x3:bptr,8x2x32:half:atomic"."""
     return [parse_config(part) for part in text.split(",") if part]
+
+
+def load_launch(path: str) -> dict:
+    """A launch file (scripts/pick_launch.py writes it; bench_attention's --launch, bench_train's
+    --attention-launch): a JSON object with optional "fwd" and "bwd" objects of launch options."""
+    try:
+        launch = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise argparse.ArgumentTypeError(f"launch file {path}: {err}") from err
+    if not isinstance(launch, dict) or set(launch) - {"fwd", "bwd"} or \
+            not all(isinstance(v, dict) for v in launch.values()):
+        raise argparse.ArgumentTypeError(f"launch file {path}: want {{\"fwd\": {{...}}, \"bwd\": {{...}}}}, "
+                                         f"got {launch!r:.200}")
+    return launch
+
+
+@contextlib.contextmanager
+def launch_overrides(launch: dict | None):
+    """Run the FLAMIA kernels with `launch` on top of their default launch configs
+    (attention_fwd / attention_bwd.launch_config), in this process, until the block ends. The
+    options were swept on the fp8 fast path, so they apply where it runs: the forward of the
+    non-emulated specs and the backward with dS in bf16 (every preset); other specs keep the defaults."""
+    from flamia_kernels import attention_bwd, attention_fwd
+
+    if not launch:
+        yield
+        return
+    fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
+    attention_fwd.launch_config = lambda d, emulated: fwd(d, emulated) if emulated else {
+        **fwd(d, emulated), **launch.get("fwd", {})}
+    attention_bwd.launch_config = lambda d, ds: {**bwd(d, ds), **launch.get("bwd", {})} if ds == "bf16" else bwd(d, ds)
+    try:
+        yield
+    finally:
+        attention_fwd.launch_config, attention_bwd.launch_config = fwd, bwd

@@ -318,3 +318,39 @@ def test_gpu_prefix_with_doc_ids(path, spec):
     assert _leaks(outs, pairs) == []
     outs, pairs = _run(path, spec, False, ts, seed=53, seq=seq, device="cuda")
     _assert_each_test_catches_every_leak(outs, pairs)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_forward_half_tile_programs_with_doc_ids(causal):
+    """The forward's bm = 64 launch option with documents: a program's first key tile comes from its
+    first row's document start and, bidirectionally, its last from its last row's document end."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _, ids = _inputs(2, 2, 1, 384, 64, seed=41 + causal)
+    ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True, off_diagonal=False)
+    doc = doc_tables(ids)
+    run = lambda cfg: attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, SEQ_BLOCK,  # noqa: E731
+                                            False, config={"num_warps": 4, "num_stages": 1, **cfg}, doc=doc)
+    base, half = run({}), run({"bm": 64})
+    assert torch.isfinite(half[0]).all() and _rel(half[0], base[0]) <= 1e-6
+    torch.testing.assert_close(half[1], base[1], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_backward_half_tile_dq_programs_with_doc_ids(causal, monkeypatch):
+    """The dQ kernel's bm = 64 launch option with documents (per-token K and V on every tile, the
+    key range from the rows' document bounds): the same gradients as the default launch."""
+    from flamia_kernels import attention_bwd
+
+    q, k, v, do, ids = _inputs(2, 2, 1, 384, 64, seed=43 + causal)
+    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", causal, True, doc_ids=ids)
+    default = attention_bwd.launch_config
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds: {**default(d, ds), "bm": 64})
+    half = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", causal, True, doc_ids=ids)
+    assert half[1].abs().sum() > 0 and _rel(half[1], base[1]) <= 1e-6
+    for a, b in zip(half[::2], base[::2], strict=True):  # O and dK: untouched by the dQ launch
+        assert torch.equal(a, b)
+    assert torch.equal(half[3], base[3])

@@ -164,6 +164,66 @@ def test_gpu_backward_half_tile_programs_match(spec):
     assert errs[0] == 0.0 and errs[1] <= 2e-4 and errs[2] <= 2e-4
 
 
+# The launch variants scripts/device/session5_kernels.sh times kernel by kernel (bench_attention
+# --bwd-configs ...:dkdv / ...:dq): each must give the default's gradients before its time counts.
+BACKWARD_VARIANTS = {
+    "dkdv 8x3x32": {"num_stages": 3},
+    "dkdv 4x2x32 bn=64": {"num_warps": 4, "bn": 64},
+    "dkdv 4x3x32 bn=64": {"num_warps": 4, "num_stages": 3, "bn": 64},
+    "dq 8x2x64": {"dq_sub": 64},
+    "dq 8x3x32": {"dq_stages": 3},
+    "dq 8x3x64": {"dq_stages": 3, "dq_sub": 64},
+    "dq 4x2x32 bm=64": {"bm": 64, "dq_warps": 4},
+    "dq 4x3x32 bm=64": {"bm": 64, "dq_warps": 4, "dq_stages": 3},
+    "dq 4x3x64 bm=64": {"bm": 64, "dq_warps": 4, "dq_stages": 3, "dq_sub": 64},
+}
+
+
+@pytest.mark.parametrize("variant", list(BACKWARD_VARIANTS))
+def test_gpu_backward_launch_variants_match_the_default(variant):
+    """Warps, stages and sub-tiles change how the sums are split, not what is summed: every gradient
+    within 1e-3 relative L2 of the default launch's (the reference bar is 5e-3)."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=13)
+    args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    got = attention_bwd.backward(*args, config={**base, **BACKWARD_VARIANTS[variant]})
+    errs = [_rel(a, b) for a, b in zip(got, want, strict=True)]
+    print(f"\n{variant} vs default rel-L2 dQ {errs[0]:.2e} dK {errs[1]:.2e} dV {errs[2]:.2e}")
+    assert all(e <= 1e-3 for e in errs) and all(g.abs().sum() > 0 for g in got)
+
+
+FORWARD_VARIANTS = {"4x3 bm=64": {"num_warps": 4, "num_stages": 3, "bm": 64},
+                    "4x2 bm=64": {"num_warps": 4, "num_stages": 2, "bm": 64},
+                    "8x3 bm=64": {"num_warps": 8, "num_stages": 3, "bm": 64}}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("variant", list(FORWARD_VARIANTS))
+def test_gpu_forward_launch_variants_match_the_default(variant, causal):
+    """Programs of 64 query rows: every row meets the same tiles, scales and MMA shapes (m64 per
+    warpgroup either way), so O, the statistics and O's fp8 copy match the default launch."""
+    from flamia_kernels import AttentionSpec, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=15)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True)
+    got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
+                                config=FORWARD_VARIANTS[variant])
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    print(f"\nforward {variant} causal={causal}: O rel-L2 {_rel(got[0], base[0]):.2e}, bit-identical "
+          f"(O, lse2, M offset, O8, O scale) {same}")
+    assert _rel(got[0], base[0]) <= 1e-5 and torch.equal(got[2], base[2])
+    torch.testing.assert_close(got[1], base[1], rtol=1e-6, atol=1e-6)
+
+
 def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
     """The Blackwell path's kernel code (mxfp8 QKᵀ as tl.dot_scaled over bytes and E8M0 codes) run on
     this GPU through Triton's bf16 decomposition, against the default path's bf16 products of the

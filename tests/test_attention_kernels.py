@@ -94,6 +94,46 @@ def test_backward_sub_tile_32_matches_reference():
                                config={"sub": 32})
 
 
+@pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [
+    ("fp8", True, True, 4, 2), ("fp8", False, True, 2, 1), ("fp8", True, False, 2, 1), ("nvfp4-fp8", True, True, 2, 2),
+    ("qk=fp8,pv=fp8,do=fp8,ds=fp8", True, True, 2, 1)])
+def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv):
+    """Launch option bm = 64 (dQ programs of half the forward's query tile): each row still reads the
+    per-token K and V over its whole forward key tile and the token-block copies off it, so dQ is the
+    default's (up to the interpreter's fp32 summation order: 1e-6); dK and dV are untouched."""
+    from flamia_kernels import attention_bwd
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=17 + hq)
+    args = backward_args(spec, q, k, v, do, causal=causal, safeguards=safeguards)
+    base = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1})
+    half = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "bm": 64})
+    assert half[0].abs().sum() > 0 and _rel(half[0], base[0]) <= 1e-6, _rel(half[0], base[0])
+    assert torch.equal(half[1], base[1]) and torch.equal(half[2], base[2])
+    with pytest.raises(ValueError, match="backward config bm=32: allowed 128"):
+        attention_bwd.backward(*args, config={"bm": 32})
+
+
+def test_backward_dq_kernel_has_its_own_launch():
+    """dq_sub / dq_warps / dq_stages launch the dQ kernel apart from the dK/dV kernel (bench sweeps time
+    each alone): dQ's key sub-tiles change only its fp32 summation order; dK and dV are untouched."""
+    from flamia_kernels import attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=12)
+    args = backward_args(spec, q, k, v, do)
+    want = attention_bwd.backward(*args)
+    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "dq_sub": 32, "dq_warps": 4,
+                                                "dq_stages": 1})
+    assert _rel(got[0], want[0]) <= TOL and got[0].abs().sum() > 0
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    with pytest.raises(ValueError, match="dq_sub=32: dS format fp8 fixes the backward sub-tile at DS_TILE"):
+        attention_bwd.backward(*args[:7], AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), *args[8:],
+                               config={"dq_sub": 32})
+    with pytest.raises(ValueError, match="dq_sub=48: allowed 16, 32, 64 or 128"):
+        attention_bwd.backward(*args, config={"dq_sub": 48})
+
+
 @pytest.mark.parametrize("spec,causal,hq,hkv", [("fp8", True, 4, 2), ("fp8", False, 2, 1),
                                                   ("nvfp4-fp8", True, 2, 2), ("mxfp8", True, 2, 1)])
 def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
@@ -148,6 +188,31 @@ def test_forward_block_pointer_option_is_bit_identical(spec, causal):
                                  config={"num_warps": 4, "num_stages": 1, "BPTR": True})
     for a, b in zip(plain, bptr, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize("spec,causal,safeguards", [("fp8", True, True), ("fp8", False, True), ("fp8", True, False),
+                                                   ("nvfp4-fp8", True, True), ("mxfp8", False, True)])
+def test_forward_half_tile_programs_match(spec, causal, safeguards):
+    """Launch option bm = 64 (programs of half the tile's query rows): every row meets the same key
+    tiles in the same order with the same scales, so O, the statistics and O's fp8 copy are the
+    default's (the interpreter's fp32 products may sum a 64-row block in another order: 1e-6)."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse(spec)
+    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=23)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, QZ, 128, v_transposed=True)
+    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True,
+                                 config={"num_warps": 4, "num_stages": 1})
+    half = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True,
+                                 config={"num_warps": 4, "num_stages": 1, "bm": 64})
+    assert _rel(half[0], base[0]) <= 1e-6 and torch.equal(half[2], base[2])  # O; M offsets
+    torch.testing.assert_close(half[1], base[1], rtol=1e-6, atol=1e-6)  # lse2
+    if base[3] is not None:
+        assert (half[3].view(torch.uint8) != base[3].view(torch.uint8)).float().mean() <= 1e-3
+    with pytest.raises(ValueError, match="forward config bm=32: allowed 128 .* or 64"):
+        attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True, config={"bm": 32})
 
 
 @pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [

@@ -162,6 +162,42 @@ def test_prefix_gpu(path, spec):
     _assert_each_test_catches_every_leak(outs, pairs)
 
 
+def _half_tile_launches(monkeypatch) -> None:
+    """Both kernels' half-tile launch options (programs of 64 query rows in the forward and the dQ
+    kernel, 64 keys in the dK/dV kernel) instead of the defaults."""
+    from flamia_kernels import attention_bwd, attention_fwd
+
+    fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "bm": 64})
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds: {**bwd(d, ds), "bm": 64, "bn": 64})
+
+
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+def test_prefix_triton_half_tile_launches(spec, monkeypatch):
+    """Tests 2, 3 and 5 with the launch options that split a 128-token tile over two programs: a
+    program then starts inside a tile, and its causal diagonal and token-block copies must still be
+    the tile's."""
+    _half_tile_launches(monkeypatch)
+    outs, pairs = _run("triton", spec, True, _t_values(7), seed=19, kinds_for_t=_rotating)
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, [15, SEQ_BLOCK + 40], seed=20, kinds_for_t=lambda n: ("outlier",))
+    _assert_each_test_catches_every_leak(outs, pairs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+def test_prefix_gpu_half_tile_launches(spec, monkeypatch):
+    """test_prefix_gpu's Triton half with the half-tile launch options, for the two presets whose
+    fp8 forward the options are timed on (both kernels of each, every option at once)."""
+    _half_tile_launches(monkeypatch)
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run("triton", spec, True, ts, seed=21, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, ts, seed=22, seq=seq, device="cuda")
+    _assert_each_test_catches_every_leak(outs, pairs)
+
+
 def test_prefix_forward_bf16():
     """The bf16 preset (SDPA) passes test 2 as well."""
     gen = torch.Generator().manual_seed(3)
