@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
-from launch_configs import parse_configs
+from launch_configs import launch_overrides, load_launch, parse_configs
 from provenance import commit_label
 
 TOKENS = {64: 32, 128: 16}  # heads per D (d_model 2048); batch = 32768 tokens / S
@@ -82,17 +82,21 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
     gen = torch.Generator(device="cuda").manual_seed(seq + dim)
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-    entries = [(p, lambda p=p: flamia_attention(q, k, v, p)) for p in args.presets]
-    entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v)) for p in args.peers]
-    for name, fn in entries:
+    entries = [(p, lambda p=p: flamia_attention(q, k, v, p), None) for p in args.presets]
+    if args.launch:  # the same presets again under the --launch configs (fp8-only knobs: dim 128 only)
+        entries += [(f"{p} [launch]", lambda p=p: flamia_attention(q, k, v, p), args.launch)
+                    for p in args.presets if d == 128]
+    entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v), None) for p in args.peers]
+    for name, fn, launch in entries:
         for mode in args.modes:
             try:
-                ms = timed(fn, q, k, v, do, mode)
+                with launch_overrides(launch):
+                    ms = timed(fn, q, k, v, do, mode)
                 tf = flops(b, h, s, d, mode) / ms / 1e9
             except Exception as err:  # a peer missing on this build: record, go on
                 ms, tf = float("nan"), float("nan")
                 print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
-            emulated = "peer" not in name and AttentionSpec.parse(name).emulated
+            emulated = "peer" not in name and AttentionSpec.parse(name.removesuffix(" [launch]")).emulated
             rows.append(dict(kind="speed", name=name, mode=mode, B=b, H=h, S=s, D=d, ms=ms, tflops=tf,
                              emulated=emulated))
             print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s", flush=True)
@@ -183,11 +187,14 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
                                                                        Operand(o8, os_)),
         "bwd kernels (dK/dV + dQ)": bwd,
     }
+    configs = {}  # part name -> (kernel timed: fwd, dkdv, dq or both, its launch config)
     for cfg in args.bwd_configs:
         parts[f"bwd kernels {cfg}"] = lambda cfg=cfg: bwd(cfg)
+        configs[f"bwd kernels {cfg}"] = (cfg.get("which", "both"), cfg)
     for cfg in args.fwd_configs:
         parts[f"fwd kernel {cfg}"] = lambda cfg=cfg: fwd(cfg)
-    return parts, shape
+        configs[f"fwd kernel {cfg}"] = ("fwd", cfg)
+    return parts, shape, configs
 
 
 def run_trace(args) -> None:
@@ -213,18 +220,21 @@ def run_trace(args) -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25), flush=True)
 
 
-def run_profile(args, rows: list) -> None:
-    """Where the fp8 fwd+bwd time goes: pre-pass, forward kernel, backward pre-pass, dK/dV + dQ."""
+def run_profile(args, rows: list, save) -> None:
+    """Where the fp8 fwd+bwd time goes: pre-pass, forward kernel, backward pre-pass, dK/dV + dQ.
+    Saves after every part: a sweep cut short by its time box keeps what it measured."""
     for seq in args.seqs:
-        parts, (b, h, s, d) = profile_parts(args, seq)
+        parts, (b, h, s, d), configs = profile_parts(args, seq)
         for name, fn in parts.items():
             try:
                 ms = bench(fn)
             except Exception as err:
                 ms = float("nan")
                 print(f"  profile {name} failed: {err!s:.300}", flush=True)
-            rows.append(dict(kind="profile", name=name, S=s, D=d, B=b, H=h, ms=ms))
+            kernel, cfg = configs.get(name, (None, None))
+            rows.append(dict(kind="profile", name=name, S=s, D=d, B=b, H=h, ms=ms, kernel=kernel, config=cfg))
             print(f"  profile S={s} D={d} {name:40s} {ms:8.3f} ms", flush=True)
+            save()
         torch.cuda.empty_cache()
 
 
@@ -282,6 +292,9 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="also torch.profiler's kernel table of fp8 fwd+bwd")
     ap.add_argument("--fwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x3,4x3")
     ap.add_argument("--bwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x2,4x2")
+    ap.add_argument("--launch", type=load_launch, default=None,
+                    help="JSON {\"fwd\": {...}, \"bwd\": {...}} of launch options (scripts/pick_launch.py writes "
+                         "it): each preset also runs under them, as '<preset> [launch]' rows")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     rows: list = []
@@ -311,7 +324,7 @@ def main() -> None:
         if args.trace:
             run_trace(args)
         if args.profile:
-            run_profile(args, rows)
+            run_profile(args, rows, save)
             save()
         run_speed(args, rows, save)
     print(save())

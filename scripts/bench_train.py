@@ -48,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_train_report as report  # noqa: E402
+from launch_configs import launch_overrides, load_launch  # noqa: E402
 from provenance import commit_label  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,7 +225,8 @@ def run_row(args, env, recipe: str, seq_len: int) -> dict:
         label, cfg, plan, micro, accum = compose_row(args, recipe, seq_len, run_dir)
         row = {"model": args.model, "recipe": label, "context": context_label(seq_len), "seq_len": seq_len,
                "micro_batch": micro, "accum": accum,
-               "setup": {"tokens_per_step": args.tokens_per_step, "data": args.data, "extra": list(args.extra)}}
+               "setup": {"tokens_per_step": args.tokens_per_step, "data": args.data, "extra": list(args.extra),
+                         **({"attention_launch": args.attention_launch} if args.attention_launch else {})}}
         failure = None
         try:
             row.update(measure(args, env, cfg, plan, micro))
@@ -268,15 +270,16 @@ def run_grid(args) -> list[dict]:
     meta = _meta(args, env.device)
     baseline = report.load_baseline(args.baseline)
     rows: list[dict] = []
-    for seq_len in args.contexts:
-        for recipe in args.recipes:
-            t0 = time.perf_counter()
-            rows.append(run_row(args, env, recipe, seq_len))
-            report.add_bf16_ratios(rows)
-            report.compare(rows, baseline)
-            print(f"[{time.perf_counter() - t0:.0f}s] " + report.console_line(rows[-1]), flush=True)
-            if args.out:
-                _write(args.out, rows, meta)
+    with launch_overrides(args.attention_launch):  # every FLAMIA attention call of the grid
+        for seq_len in args.contexts:
+            for recipe in args.recipes:
+                t0 = time.perf_counter()
+                rows.append(run_row(args, env, recipe, seq_len))
+                report.add_bf16_ratios(rows)
+                report.compare(rows, baseline)
+                print(f"[{time.perf_counter() - t0:.0f}s] " + report.console_line(rows[-1]), flush=True)
+                if args.out:
+                    _write(args.out, rows, meta)
     print("\n" + report.markdown(rows, meta), flush=True)
     if args.record:
         args.baseline.parent.mkdir(parents=True, exist_ok=True)
@@ -304,6 +307,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="dir for bench_train.json and bench_train.md")
     p.add_argument("--baseline", type=Path, default=ROOT / "docs" / "bench_train.json")
     p.add_argument("--record", action="store_true", help="write this run's rows into --baseline")
+    p.add_argument("--attention-launch", type=load_launch, default=None,
+                   help="launch file (scripts/pick_launch.py) for the FLAMIA attention kernels of every row; "
+                        "kept in each row's setup")
     args = p.parse_args(argv)
     if args.warmup < 0 or args.steps < 1 or args.profile_steps < 0:
         p.error("--warmup >= 0, --steps >= 1, --profile-steps >= 0")

@@ -7,6 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from bench_attention import _configs  # noqa: E402
+from launch_configs import launch_overrides, load_launch  # noqa: E402
+from pick_launch import best_per_kernel, launch_file  # noqa: E402
 
 
 def test_configs_parse_every_part():
@@ -21,5 +23,58 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, half, atomic"):
+    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, bm64, half, atomic"):
         _configs("8x2:fast")
+
+
+def test_configs_half_tile_rows():
+    assert _configs("4x3:bm64")[0] == {"num_warps": 4, "num_stages": 3, "bm": 64}
+    assert _configs("4x2x32:bm64:dq")[0] == {"num_warps": 4, "num_stages": 2, "sub": 32, "bm": 64, "which": "dq"}
+
+
+def _row(kernel, cfg, ms, seq=8192):
+    return {"kind": "profile", "name": f"x {cfg}", "S": seq, "ms": ms, "kernel": kernel, "config": cfg}
+
+
+def test_pick_launch_keeps_the_baseline_unless_beaten_by_the_margin():
+    rows = [
+        _row(None, None, 2.0),  # a whole-stage row: not a per-kernel sweep
+        _row("fwd", {"num_warps": 8, "num_stages": 3}, 1.95),
+        _row("fwd", {"num_warps": 4, "num_stages": 3, "bm": 64}, 1.60),
+        _row("fwd", {"num_warps": 4, "num_stages": 2, "bm": 64}, float("nan")),  # failed: never picked
+        _row("dkdv", {"num_warps": 8, "num_stages": 2, "sub": 32, "which": "dkdv"}, 9.0),
+        _row("dkdv", {"num_warps": 8, "num_stages": 3, "sub": 32, "which": "dkdv"}, 8.9),  # within 2%
+        _row("dq", {"num_warps": 8, "num_stages": 2, "sub": 32, "which": "dq"}, 6.0),
+        _row("dq", {"num_warps": 4, "num_stages": 3, "sub": 32, "bm": 64, "which": "dq"}, 4.5),
+        _row("dq", {"num_warps": 4, "num_stages": 3, "sub": 32, "bm": 64, "which": "dq"}, 1.0, seq=16384),
+    ]
+    picks = best_per_kernel(rows, margin=0.02)
+    assert picks["fwd"]["best"]["ms"] == 1.60 and picks["dkdv"]["best"]["ms"] == 9.0
+    assert picks["dq"]["best"]["ms"] == 4.5  # the 16k row belongs to another shape
+    assert launch_file(picks) == {
+        "fwd": {"num_warps": 4, "num_stages": 3, "bm": 64},
+        "bwd": {"num_warps": 8, "num_stages": 2, "sub": 32, "dq_warps": 4, "dq_stages": 3, "dq_sub": 32, "bm": 64},
+    }
+
+
+def test_launch_file_and_overrides(tmp_path):
+    from flamia_kernels import attention_bwd, attention_fwd
+
+    good = tmp_path / "launch.json"
+    good.write_text('{"fwd": {"bm": 64}, "bwd": {"dq_sub": 64}}')
+    launch = load_launch(str(good))
+    before = attention_fwd.launch_config(128, False), attention_bwd.launch_config(128, "bf16")
+    before_emulated, before_fp8_ds = attention_fwd.launch_config(128, True), attention_bwd.launch_config(128, "fp8")
+    with launch_overrides(launch):
+        assert attention_fwd.launch_config(128, False) == {**before[0], "bm": 64}
+        assert attention_bwd.launch_config(128, "bf16") == {**before[1], "dq_sub": 64}
+        # swept on the fp8 fast path: emulated forwards and scaled-dS backwards keep their defaults
+        assert attention_fwd.launch_config(128, True) == before_emulated
+        assert attention_bwd.launch_config(128, "fp8") == before_fp8_ds
+    assert (attention_fwd.launch_config(128, False), attention_bwd.launch_config(128, "bf16")) == before
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"forward": {}}')
+    with pytest.raises(argparse.ArgumentTypeError, match="want .*fwd.*bwd"):
+        load_launch(str(bad))
+    with pytest.raises(argparse.ArgumentTypeError, match="missing.json"):
+        load_launch(str(tmp_path / "missing.json"))

@@ -48,9 +48,12 @@ def test_grid_on_cpu_writes_table_json_and_regression(corpus, tmp_path):
            "tiny/bf16/2k": _row("bf16", context="2k", tps=5.0)}
     baseline.write_text(json.dumps({"rows": old}))
     out = tmp_path / "out"
+    launch = tmp_path / "launch.json"  # kept in each row's setup (the CPU runs no FLAMIA kernel launch)
+    launch.write_text('{"fwd": {"bm": 64}, "bwd": {"bm": 64}}')
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "scripts/bench_train.py", *SMOKE, "--corpus", str(corpus), "--out", str(out),
-                           "--baseline", str(baseline), "--record"], cwd=ROOT, env={**env, "OMP_NUM_THREADS": "2"},
+                           "--baseline", str(baseline), "--record", "--attention-launch", str(launch)], cwd=ROOT,
+                          env={**env, "OMP_NUM_THREADS": "2"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
@@ -64,6 +67,7 @@ def test_grid_on_cpu_writes_table_json_and_regression(corpus, tmp_path):
         assert (r["micro_batch"], r["accum"]) == (1, 1)
         assert r["mfu"] is None  # no peak FLOP/s for a CPU: n/a, never a made-up number
         assert set(r["breakdown"]["ms"]) == set(report.CATEGORIES)
+        assert r["setup"]["attention_launch"] == {"fwd": {"bm": 64}, "bwd": {"bm": 64}}
         assert sum(r["breakdown"]["ms"].values()) > 0
     assert bf16["vs_bf16"] == 1.0
     assert fp8["vs_bf16"] == pytest.approx(fp8["tokens_per_s"] / bf16["tokens_per_s"], rel=1e-3)
