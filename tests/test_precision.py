@@ -66,8 +66,9 @@ def test_preset_tables():
     assert column(nvfp4, "attention") == ["bf16"] + ["nvfp4"] * 4 + ["bf16"]  # first and last layer in bf16
     assert column(nvfp4, "mlp_down") == ["bf16"] + ["nvfp4"] * 4 + ["bf16"]
     flamia = table("precision=flamia")
-    assert column(flamia, "attention") == ["fp8"] + ["nvfp4-fp8"] * 4 + ["fp8"]
+    assert column(flamia, "attention") == ["bf16"] + ["fp8"] * 4 + ["bf16"]  # first and last layer in bf16
     assert flamia[2][4] == "fprop=nvfp4,dgrad=nvfp4,wgrad=fp8" and flamia[2][2] == "fp8"
+    assert column(flamia, "mlp_down") == ["bf16"] + ["fprop=nvfp4,dgrad=nvfp4,wgrad=fp8"] * 4 + ["bf16"]
 
 
 def test_default_attention_override_leaves_linears():
@@ -316,7 +317,7 @@ def test_telemetry_and_flop_split_reach_the_metrics(tmp_path, corpus):
     run = tmp_path / "run"
     _run(run, corpus, "precision=flamia", "precision.telemetry_interval=2", "logger.log_interval=3", steps=4)
     rows = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
-    assert rows[2]["quant/L1.mlp_up/fprop.x.amax"] > 0 and "quant/L0.qkv/wgrad.x.underflow" in rows[4]
+    assert rows[2]["quant/L1.mlp_up/fprop.x.amax"] > 0 and "quant/L1.qkv/wgrad.x.underflow" in rows[4]  # L0: bf16
     assert not any(k.startswith("quant/") for k in rows[3])
     assert rows[3]["flops_frac/nvfp4"] > 0.1 and rows[3]["flops_frac/fp8"] > 0.1
     assert sum(v for k, v in rows[3].items() if k.startswith("flops_frac/")) == pytest.approx(1.0)
