@@ -266,10 +266,11 @@ def native_block_scaled(x: torch.Tensor) -> bool:
 def launch_config(d: int, emulated: bool) -> dict:
     """num_warps / num_stages: 128×128 tiles, 8 warps, 3 stages on sm_90 (FLAMIA.md); the
     emulated formats hold wider register tiles, so they pipeline one stage less. Benchmark
-    options on top: CHAIN (one accumulator chained through the P·V products) and BPTR (the
-    off-diagonal K and Vᵀ tiles through block pointers: compiled for sm_90 the kernel then
-    spills 584 bytes per thread instead of 1,524, scripts/kernel_registers.py, but on the H200 at
-    S = 8k it timed the same, 1.932 ms against 1.935: bit-identical, so it stays an option)."""
+    options on top: CHAIN (one accumulator chained through the P·V products), BPTR (the
+    off-diagonal K and Vᵀ tiles through block pointers: on the H200 at S = 8k it timed the same,
+    1.932 ms against 1.935, bit-identical, so it stays an option; compiled for sm_90 with the JIT's
+    argument specialization neither variant spills, scripts/kernel_registers.py) and "bm" (see
+    `forward`)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1}
     return {"num_warps": 8, "num_stages": 2 if emulated else 3}
