@@ -115,6 +115,9 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     # fp8 K and V carry their off-diagonal token-block copies (attention_operands._key_side)
     common = dict(D=dim, CAUSAL=causal, TINY=tiny, INTERP=False, HAS_DOC=False,
                   K_OFF=off_diagonal and spec.qk == "fp8", V_OFF=off_diagonal and spec.pv == "fp8")
+    # the default row ({}) compiles what launch_config gives; a config spelt out (8x2x32...) is the
+    # full-tile program unless it says :half / :bm64
+    is_default = not cfg
     cfg = dict(cfg)
     if kernel == "fwd":
         fn = fwd._fwd_kernel
@@ -124,11 +127,16 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
         if qk_mx:
             pointers.update(Q="*fp8e4nv", K="*fp8e4nv", QE="*u8", KE="*u8")
         consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16",
-                      BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx, BM=cfg.pop("bm", block))
+                      BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx,
+                      BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block))
     else:
-        defaults = bwd.launch_config(dim, spec.ds)
+        defaults = bwd.launch_config(dim, spec.ds, spec.emulated)
+        if kernel == "dq" and is_default:  # the dQ kernel's own launch where the defaults give one
+            defaults = {**defaults, "num_warps": defaults.get("dq_warps", defaults["num_warps"]),
+                        "num_stages": defaults.get("dq_stages", defaults["num_stages"]),
+                        "sub": defaults.get("dq_sub", defaults.get("sub"))}
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
-        bn = cfg.pop("bn", block)
+        bn = cfg.pop("bn", defaults.get("bn", block) if is_default else block)
         consts = dict(common, DS_FMT=fmt_code(spec.ds))
         if kernel == "dkdv":
             fn = bwd._dkdv_kernel
@@ -136,7 +144,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
                           R_PRE=bn != block)
         else:
             fn = bwd._dq_kernel
-            consts.update(BM=cfg.pop("bm", block), BN=sub, TB=block)
+            consts.update(BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block), BN=sub, TB=block)
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
     sig = _signature(fn.fn, consts, pointers)
     # the JIT specializes 16-byte-aligned pointers and integers divisible by 16 (every launch here): without

@@ -75,7 +75,8 @@ def launch_overrides(launch: dict | None):
     fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
     attention_fwd.launch_config = lambda d, emulated: fwd(d, emulated) if emulated else {
         **fwd(d, emulated), **launch.get("fwd", {})}
-    attention_bwd.launch_config = lambda d, ds: {**bwd(d, ds), **launch.get("bwd", {})} if ds == "bf16" else bwd(d, ds)
+    attention_bwd.launch_config = lambda d, ds, emulated=False: (
+        {**bwd(d, ds, emulated), **launch.get("bwd", {})} if ds == "bf16" else bwd(d, ds, emulated))
     try:
         yield
     finally:

@@ -354,3 +354,38 @@ def test_backward_half_tile_dq_programs_with_doc_ids(causal, monkeypatch):
     for a, b in zip(half[::2], base[::2], strict=True):  # O and dK: untouched by the dQ launch
         assert torch.equal(a, b)
     assert torch.equal(half[3], base[3])
+
+
+def test_gpu_fast_path_defaults_with_doc_ids_keep_full_tile_dkdv(monkeypatch):
+    """The backward's sm_90 defaults for the fp8 fast path name half-tile dK/dV programs (bn = 64),
+    whose fold row factor cannot see documents: with doc ids the defaults fall back to full-tile
+    dK/dV programs instead of refusing, and the gradients match the plain launch's."""
+    from flamia_kernels import attention_bwd
+
+    fast = {"num_warps": 4, "num_stages": 1, "sub": 32, "bn": 64, "dq": "kernel", "dq_warps": 4, "dq_stages": 1,
+            "bm": 64}  # launch_config's fp8 fast path on sm_90, with the interpreter's single stage
+    q, k, v, do, ids = _inputs(1, 2, 1, 256, 64, seed=47)
+    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True, doc_ids=ids)
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: dict(fast))
+    got = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True, doc_ids=ids)
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), got, base, strict=True):
+        assert _rel(a, b) <= 1e-3, f"{name}: rel-L2 {_rel(a, b):.2e}"
+    with pytest.raises(ValueError, match="bn=64 with document masking"):  # spelt out, it is still refused
+        args, kw = _doc_backward_args(q, k, v, do, ids)
+        attention_bwd.backward(*args, config=dict(fast), **kw)
+
+
+def _doc_backward_args(q, k, v, do, ids):
+    """backward()'s arguments for a doc-masked fp8 forward (what _FlamiaAttention saves)."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+
+    spec = AttentionSpec.parse("fp8")
+    ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True, off_diagonal=False)
+    doc = doc_tables(ids)
+    _, lse2, moff, o8, os_ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, SEQ_BLOCK, True,
+                                                   doc=doc)
+    do_op = quantize_operand(do, "fp8", QZ)
+    return (ops.q, ops.k, ops.v, do_op, lse2, moff, backward_delta(do_op, Operand(o8, os_)), spec, True, True,
+            0.125, SEQ_BLOCK), {"doc": doc}

@@ -114,6 +114,29 @@ def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv)
         attention_bwd.backward(*args, config={"bm": 32})
 
 
+def test_half_tile_launches_combine_with_the_other_options():
+    """The sm_90 fast-path defaults (half-tile programs) under the benchmark options: the forward's
+    block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 4, 2, 384, 64, seed=29)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
+    plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True,
+                                  config={"num_warps": 4, "num_stages": 1})
+    both = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True,
+                                 config={"num_warps": 4, "num_stages": 1, "bm": 64, "BPTR": True})
+    assert _rel(both[0], plain[0]) <= 1e-6 and torch.equal(both[2], plain[2])
+    args = backward_args(spec, q, k, v, do)
+    want = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
+    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32, "bn": 64, "bm": 64,
+                                                "dq": "atomic"})
+    for a, b in zip(got, want, strict=True):
+        assert a.abs().sum() > 0 and _rel(a, b) <= 1e-3, _rel(a, b)
+
+
 def test_backward_dq_kernel_has_its_own_launch():
     """dq_sub / dq_warps / dq_stages launch the dQ kernel apart from the dK/dV kernel (bench sweeps time
     each alone): dQ's key sub-tiles change only its fp32 summation order; dK and dV are untouched."""
