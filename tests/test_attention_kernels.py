@@ -117,18 +117,12 @@ def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv)
 def test_half_tile_launches_combine_with_the_other_options():
     """The sm_90 fast-path defaults (half-tile programs) under the benchmark options: the forward's
     block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
-    from flamia_kernels import attention_bwd, attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import prepare_forward
+    from flamia_kernels import attention_bwd
 
     spec = AttentionSpec.parse("fp8")
-    q, k, v, do = _inputs(1, 4, 2, 384, 64, seed=29)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
-    plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True,
-                                  config={"num_warps": 4, "num_stages": 1})
-    both = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True,
-                                 config={"num_warps": 4, "num_stages": 1, "bm": 64, "BPTR": True})
+    plain, both = _forward_launches(spec, True, True, 29, {"bm": 64, "BPTR": True})
     assert _rel(both[0], plain[0]) <= 1e-6 and torch.equal(both[2], plain[2])
+    q, k, v, do = _inputs(1, 4, 2, 384, 64, seed=29)
     args = backward_args(spec, q, k, v, do)
     want = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
     got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32, "bn": 64, "bm": 64,
@@ -195,20 +189,24 @@ def test_backward_atomic_dq_refuses_scaled_ds():
         _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "fast"})
 
 
-@pytest.mark.parametrize("spec,causal", [("fp8", True), ("fp8", False), ("nvfp4-fp8", True), ("mxfp8", True)])
-def test_forward_block_pointer_option_is_bit_identical(spec, causal):
-    """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) reads the same bytes."""
+def _forward_launches(spec, causal: bool, safeguards: bool, seed: int, variant: dict):
+    """The forward kernel's outputs on the same quantized operands, under the interpreter's launch and
+    under `variant` (launch options) on top of it."""
     from flamia_kernels import attention_fwd
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse(spec)
-    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=21)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
-    plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True,
-                                  config={"num_warps": 4, "num_stages": 1})
-    bptr = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True,
-                                 config={"num_warps": 4, "num_stages": 1, "BPTR": True})
+    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=seed)
+    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, QZ, 128, v_transposed=True)
+    run = lambda cfg: attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True,  # noqa
+                                            config={"num_warps": 4, "num_stages": 1, **cfg})
+    return run({}), run(variant)
+
+
+@pytest.mark.parametrize("spec,causal", [("fp8", True), ("fp8", False), ("nvfp4-fp8", True), ("mxfp8", True)])
+def test_forward_block_pointer_option_is_bit_identical(spec, causal):
+    """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) reads the same bytes."""
+    plain, bptr = _forward_launches(AttentionSpec.parse(spec), causal, True, 21, {"BPTR": True})
     for a, b in zip(plain, bptr, strict=True):
         assert (a is None and b is None) or torch.equal(a, b)
 
@@ -219,23 +217,14 @@ def test_forward_half_tile_programs_match(spec, causal, safeguards):
     """Launch option bm = 64 (programs of half the tile's query rows): every row meets the same key
     tiles in the same order with the same scales, so O, the statistics and O's fp8 copy are the
     default's (the interpreter's fp32 products may sum a 64-row block in another order: 1e-6)."""
-    from flamia_kernels import attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import prepare_forward
-
     spec = AttentionSpec.parse(spec)
-    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=23)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, safeguards, QZ, 128, v_transposed=True)
-    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True,
-                                 config={"num_warps": 4, "num_stages": 1})
-    half = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True,
-                                 config={"num_warps": 4, "num_stages": 1, "bm": 64})
+    base, half = _forward_launches(spec, causal, safeguards, 23, {"bm": 64})
     assert _rel(half[0], base[0]) <= 1e-6 and torch.equal(half[2], base[2])  # O; M offsets
     torch.testing.assert_close(half[1], base[1], rtol=1e-6, atol=1e-6)  # lse2
     if base[3] is not None:
         assert (half[3].view(torch.uint8) != base[3].view(torch.uint8)).float().mean() <= 1e-3
     with pytest.raises(ValueError, match="forward config bm=32: allowed 128 .* or 64"):
-        attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards, 0.125, 128, True, config={"bm": 32})
+        _forward_launches(spec, causal, safeguards, 23, {"bm": 32})
 
 
 @pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [
