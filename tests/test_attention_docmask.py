@@ -348,7 +348,8 @@ def test_backward_half_tile_dq_programs_with_doc_ids(causal, monkeypatch):
     q, k, v, do, ids = _inputs(2, 2, 1, 384, 64, seed=43 + causal)
     base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", causal, True, doc_ids=ids)
     default = attention_bwd.launch_config
-    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds: {**default(d, ds), "bm": 64})
+    monkeypatch.setattr(attention_bwd, "launch_config",
+                        lambda d, ds, emulated=False: {**default(d, ds, emulated), "bm": 64})
     half = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", causal, True, doc_ids=ids)
     assert half[1].abs().sum() > 0 and _rel(half[1], base[1]) <= 1e-6
     for a, b in zip(half[::2], base[::2], strict=True):  # O and dK: untouched by the dQ launch

@@ -169,7 +169,8 @@ def _half_tile_launches(monkeypatch) -> None:
 
     fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "bm": 64})
-    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds: {**bwd(d, ds), "bm": 64, "bn": 64})
+    monkeypatch.setattr(attention_bwd, "launch_config",
+                        lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "bm": 64, "bn": 64})
 
 
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
@@ -196,6 +197,36 @@ def test_prefix_gpu_half_tile_launches(spec, monkeypatch):
     assert _leaks(outs, pairs) == []
     outs, pairs = _run("triton", spec, False, ts, seed=22, seq=seq, device="cuda")
     _assert_each_test_catches_every_leak(outs, pairs)
+
+
+def _fused_q(monkeypatch) -> None:
+    """The fuse_q launch option: the forward kernel quantizes Q itself (fp8 qk, per-token Q)."""
+    from flamia_kernels import attention_fwd
+
+    fwd = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "fuse_q": True})
+
+
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+def test_prefix_triton_fused_q(spec, monkeypatch):
+    """Tests 2, 3 and 5 with Q quantized inside the forward kernel (per token, so causally safe; the
+    leaky variant keeps token-block Q from the pre-pass and must still be caught)."""
+    _fused_q(monkeypatch)
+    outs, pairs = _run("triton", spec, True, _t_values(7), seed=23, kinds_for_t=_rotating)
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, [15, SEQ_BLOCK + 40], seed=24, kinds_for_t=lambda n: ("outlier",))
+    _assert_each_test_catches_every_leak(outs, pairs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+def test_prefix_gpu_fused_q(spec, monkeypatch):
+    """test_prefix_gpu's Triton half with the fuse_q launch option."""
+    _fused_q(monkeypatch)
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run("triton", spec, True, ts, seed=25, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
 
 
 def test_prefix_forward_bf16():
