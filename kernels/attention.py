@@ -85,12 +85,19 @@ class _FlamiaAttention(torch.autograd.Function):
         from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
+        # launch option fuse_q: the forward kernel quantizes Q itself (fp8 qk, per-token Q only)
+        fuse_q = (attention_fwd.launch_config(q.shape[-1], spec.emulated).get("fuse_q", False)
+                  and spec.qk == "fp8" and safeguards)
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
-                              off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q))
+                              off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
+                              quantize_q=not fuse_q)
+        if fuse_q:
+            ops.q = attention_fwd.fused_q_operand(q)
         save_o8 = spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
-                                                           sm_scale, SEQ_BLOCK, save_o8, doc=doc)
+                                                           sm_scale, SEQ_BLOCK, save_o8, doc=doc,
+                                                           q_raw=q if fuse_q else None)
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
         # The per-token bytes only: the backward re-derives the off-diagonal copies from them.
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,

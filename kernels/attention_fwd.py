@@ -187,12 +187,12 @@ if HAS_TRITON:
         return acc, m_new, l_i, cv
 
     @triton.jit
-    def _fwd_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, QE, KE, qk_scale,
-                    P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+    def _fwd_kernel(Q, QS, Q8, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, QE, KE,
+                    qk_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
-                    QK_MX: tl.constexpr = False, BM: tl.constexpr = 128):
+                    QK_MX: tl.constexpr = False, BM: tl.constexpr = 128, FUSE_Q: tl.constexpr = False):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
@@ -204,8 +204,15 @@ if HAS_TRITON:
         kv_off = bhk * S * D
         kvb_off = bhk * (S // BLOCK)
         rows = q_off + offs_m[:, None] * D + offs_d[None, :]
-        q = tl.load(Q + rows)
-        qs = tl.load(QS + bh * S + offs_m) * qk_scale
+        if FUSE_Q:  # Q arrives in bf16: quantize its rows here (the program owns them) and write the bytes
+            q8, qs = fp8_row_bytes(tl.load(Q + rows).to(tl.float32), BM, D, TINY)  # and scales for the backward
+            tl.store(Q8 + rows, q8)
+            tl.store(QS + bh * S + offs_m, qs)
+            q = q8.to(tl.float8e4nv, bitcast=True)
+            qs = qs * qk_scale
+        else:
+            q = tl.load(Q + rows)
+            qs = tl.load(QS + bh * S + offs_m) * qk_scale
         kve_off = bhk * S * (D // 32)
         if QK_MX:  # Q's E8M0 codes, [BM, D // 32]
             qe = tl.load(QE + bh * S * (D // 32) + offs_m[:, None] * (D // 32) + tl.arange(0, D // 32)[None, :])
@@ -254,6 +261,15 @@ if HAS_TRITON:
             tl.store(OS + bh * S + offs_m, os)
 
 
+def fused_q_operand(q: torch.Tensor):
+    """The Operand a forward with `q_raw` fills: empty fp8 bytes [..., S, D] and fp32 scales [..., S]."""
+    from .attention_operands import Operand
+    from .formats import FP8_DTYPE
+
+    return Operand(torch.empty(q.shape, dtype=FP8_DTYPE, device=q.device),
+                   torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device))
+
+
 def native_block_scaled(x: torch.Tensor) -> bool:
     """Whether x's device has block-scaled MMA (MXFP8 / NVFP4 in hardware: sm_100+, Blackwell).
     There the forward's QKᵀ of an mxfp8 `qk` runs as one `tl.dot_scaled` product over the format's
@@ -273,8 +289,8 @@ def launch_config(d: int, emulated: bool) -> dict:
     options on top: CHAIN (one accumulator chained through the P·V products), BPTR (the
     off-diagonal K and Vᵀ tiles through block pointers: on the H200 at S = 8k it timed the same,
     1.932 ms against 1.935, bit-identical, so it stays an option; compiled for sm_90 with the JIT's
-    argument specialization neither variant spills, scripts/kernel_registers.py) and "bm" (see
-    `forward`)."""
+    argument specialization neither variant spills, scripts/kernel_registers.py), "bm" (see
+    `forward`) and "fuse_q" (attention.py then has the kernel quantize Q: `forward`'s q_raw)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1}
     if d == 128 and not emulated:  # the fp8 fast path: programs of 64 rows, two or more per SM
@@ -283,7 +299,7 @@ def launch_config(d: int, emulated: bool) -> dict:
 
 
 def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
-            config: dict | None = None, doc=None):
+            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; v: Operand with `vals_t` [B, Hkv, D, S] (Vᵀ, K-major).
@@ -296,6 +312,10 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     every row's arithmetic is the same, only the programs' row blocking changes).
     q.mx and k.mx (mxfp8 bytes and E8M0 codes, `prepare_forward(mx_parts=True)`): QKᵀ as one
     block-scaled product (`tl.dot_scaled`), the Blackwell path (see `native_block_scaled`).
+    q_raw (bf16 [B, Hq, S, D], with `fused_q_operand`'s empty q): the kernel quantizes Q per token
+    itself, each program the rows it owns, and fills q.vals / q.scale with the bytes and scales of
+    `quantize.quantize_fp8_per_token(q_raw)` for the backward; one read of Q instead of a pre-pass
+    read and write and a second read (fp8 `qk` with per-token Q, i.e. safeguards on, only).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
@@ -313,16 +333,25 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     if qk_mx and INTERPRET:
         raise ValueError("the block-scaled QKᵀ (Operand.mx) has no interpreter path: tl.dot_scaled runs on GPUs only")
     q_in, k_in, q_e, k_e = (q.mx[0], k.mx[0], q.mx[1], k.mx[1]) if qk_mx else (q.vals, k.vals, moff, moff)
+    q8_out = o  # unread without FUSE_Q
+    if q_raw is not None:
+        if spec.qk != "fp8" or qk_mx or not safeguards:
+            raise ValueError(f"fused Q quantization needs an fp8 qk with per-token Q (safeguards on); got "
+                             f"qk={spec.qk}, safeguards={safeguards}{', block-scaled QK' if qk_mx else ''}")
+        if q_raw.shape != q.vals.shape:
+            raise ValueError(f"q_raw {tuple(q_raw.shape)} must have q's shape {tuple(q.vals.shape)}")
+        q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
+    config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")
     _fwd_kernel[(seq // bm, b * hq)](
-        q_in, q.scale, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
+        q_in, q.scale, q8_out, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
         *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, **config,
+        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None, **config,
     )
     if not save_o8:
         return o, lse2, moff, None, None

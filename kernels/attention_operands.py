@@ -162,7 +162,7 @@ def off_diagonal(op: Operand, block: int, impl, leaky: bool, transposed: bool = 
 class ForwardOperands:
     """Q, K, V as the forward quantized them: the bytes the backward must reuse."""
 
-    q: Operand
+    q: Operand | None  # None until the forward kernel fills it (prepare_forward(quantize_q=False))
     k: Operand
     v: Operand
 
@@ -190,12 +190,13 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
-                    off_diagonal: bool = True, mx_parts: bool = False):
+                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
     attention). Safeguards off: token-block scales everywhere (leaky). mx_parts: mxfp8 Q and K
-    also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ."""
+    also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ.
+    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None."""
     leak = None if safeguards else block
     if mx_parts and spec.qk == "mxfp8":
         return ForwardOperands(
@@ -204,7 +205,7 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
             _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
         )
     return ForwardOperands(
-        quantize_operand(q, spec.qk, impl, leak),
+        quantize_operand(q, spec.qk, impl, leak) if quantize_q else None,
         _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),
         _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
     )

@@ -126,9 +126,12 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
             raise ValueError(f"--qk-mx needs an mxfp8 qk operand, spec {spec_name!r} has qk={spec.qk}")
         if qk_mx:
             pointers.update(Q="*fp8e4nv", K="*fp8e4nv", QE="*u8", KE="*u8")
+        fuse_q = cfg.pop("fuse_q", False)
+        if fuse_q:  # Q in bf16, its bytes out through Q8
+            pointers.update(Q="*bf16", Q8="*u8")
         consts = dict(common, BLOCK=block, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, SAVE_O8=spec.do != "bf16",
                       BPTR=cfg.pop("BPTR", False), QK_MX=qk_mx,
-                      BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block))
+                      BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block), FUSE_Q=fuse_q)
     else:
         defaults = bwd.launch_config(dim, spec.ds, spec.emulated)
         if kernel == "dq" and is_default:  # the dQ kernel's own launch where the defaults give one
@@ -154,7 +157,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
     label = (f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
-             + (":bm64" if kernel == "fwd" and consts["BM"] != block else ""))
+             + (":bm64" if kernel == "fwd" and consts["BM"] != block else "")
+             + (":fuseq" if consts.get("FUSE_Q") else ""))
     if kernel != "fwd":
         label += (f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
                   + (":bm64" if kernel == "dq" and consts["BM"] != block else ""))
@@ -181,7 +185,7 @@ def main(argv=None) -> int:
     print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
-            if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or kernel != "fwd" and "BPTR" in cfg
+            if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or kernel != "fwd" and {"BPTR", "fuse_q"} & set(cfg)
                     or kernel == "dkdv" and "bm" in cfg or kernel == "dq" and "bn" in cfg):
                 continue  # a backward-only option for the forward, or the forward's for the backward
             if args.qk_mx and kernel != "fwd":

@@ -7,6 +7,7 @@ imports them when it runs).
       :fresh   forward: a fresh P·V product per tile (CHAIN off)
       :bptr    forward: block-pointer K/V loads off the diagonal (BPTR)
       :bm64    forward, and the backward's dQ kernel: programs of 64 query rows (bm = 64), half the tile
+      :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on)
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
       :dkdv / :dq         backward: run one kernel only
@@ -19,7 +20,8 @@ import contextlib
 import json
 from pathlib import Path
 
-_FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "half": ("bn", 64),
+_FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
+          "half": ("bn", 64),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
 

@@ -224,6 +224,27 @@ def test_gpu_forward_launch_variants_match_the_default(variant, causal):
     torch.testing.assert_close(got[1], base[1], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bm", [64, 128])
+def test_gpu_fused_q_matches_the_prepass(bm):
+    """Launch option fuse_q on the GPU: the forward kernel's own Q bytes and scales are the pre-pass's
+    (hardware E4M3 conversion in both), and so are O and the statistics."""
+    from flamia_kernels import AttentionSpec, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=19)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    cfg = {**attention_fwd.launch_config(128, False), "bm": bm}
+    want = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=cfg)
+    fused_q = attention_fwd.fused_q_operand(q)
+    got = attention_fwd.forward(fused_q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=cfg,
+                                q_raw=q)
+    assert torch.equal(fused_q.vals.view(torch.uint8), ops.q.vals.view(torch.uint8))
+    assert torch.equal(fused_q.scale, ops.q.scale)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+
+
 def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
     """The Blackwell path's kernel code (mxfp8 QKᵀ as tl.dot_scaled over bytes and E8M0 codes) run on
     this GPU through Triton's bf16 decomposition, against the default path's bf16 products of the

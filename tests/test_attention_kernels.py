@@ -114,6 +114,47 @@ def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv)
         attention_bwd.backward(*args, config={"bm": 32})
 
 
+@pytest.mark.parametrize("causal,bm", [(True, 128), (True, 64), (False, 64)])
+def test_forward_fused_q_quantization_matches_the_prepass(causal, bm):
+    """Launch option fuse_q: the forward kernel quantizes Q's rows itself. It must write the bytes and
+    scales of the pre-pass (`quantize.quantize_fp8_per_token`) and then compute what the kernel computes
+    from the pre-pass's Q."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=31)
+    q = q.detach().clone()
+    with torch.no_grad():
+        q[0, 1, 5] *= 300.0  # an outlier token: its scale must stay its own
+    ops = prepare_forward(q, k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True)
+    cfg = {"num_warps": 4, "num_stages": 1, "bm": bm}
+    want = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 0.125, 128, True, config=cfg)
+    fused_q = attention_fwd.fused_q_operand(q)
+    got = attention_fwd.forward(fused_q, ops.k, ops.v, spec, causal, True, 0.125, 128, True, config=cfg, q_raw=q)
+    assert torch.equal(fused_q.vals.view(torch.uint8), ops.q.vals.view(torch.uint8))
+    assert torch.equal(fused_q.scale, ops.q.scale)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    with pytest.raises(ValueError, match="fused Q quantization needs an fp8 qk with per-token Q"):
+        attention_fwd.forward(fused_q, ops.k, ops.v, spec, causal, False, 0.125, 128, True, config=cfg, q_raw=q)
+
+
+def test_fused_q_launch_option_end_to_end(monkeypatch):
+    """flamia_attention under the fuse_q launch option: the same outputs and gradients bit for bit."""
+    from flamia_kernels import attention_fwd
+
+    q, k, v, do = _inputs(2, 4, 2, 256, 64, seed=33)
+    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    default = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**default(d, emulated), "fuse_q": True})
+    fused = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    for a, b in zip(fused, base, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_half_tile_launches_combine_with_the_other_options():
     """The sm_90 fast-path defaults (half-tile programs) under the benchmark options: the forward's
     block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
