@@ -23,13 +23,14 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, bm64, half, atomic"):
+    with pytest.raises(argparse.ArgumentTypeError, match="'8x2:fast'.*'fast'.*allowed fresh, bptr, bm64, fuseq, half, atomic"):
         _configs("8x2:fast")
 
 
 def test_configs_half_tile_rows():
     assert _configs("4x3:bm64")[0] == {"num_warps": 4, "num_stages": 3, "bm": 64}
     assert _configs("4x2x32:bm64:dq")[0] == {"num_warps": 4, "num_stages": 2, "sub": 32, "bm": 64, "which": "dq"}
+    assert _configs("4x3:bm64:fuseq")[0] == {"num_warps": 4, "num_stages": 3, "bm": 64, "fuse_q": True}
 
 
 def _row(kernel, cfg, ms, seq=8192):
