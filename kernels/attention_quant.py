@@ -56,7 +56,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from .quantize import _abs_bits, _clamp_tiny, _e2m1_code, _e4m3_code, _e4m3_to_f32, _e4m3_value
+    from .quantize import _abs_bits, _e2m1_code, _e4m3_code, _e4m3_to_f32, _e4m3_value, _fp8_row_codes
 
     @triton.jit
     def _e4m3_round(v):
@@ -161,12 +161,9 @@ if HAS_TRITON:
     @triton.jit
     def fp8_row_bytes(x, R: tl.constexpr, C: tl.constexpr, TINY: tl.constexpr):
         """Per-row fp8 of a [R, C] fp32 tile as formats.quantize_fp8_per_token: (E4M3 bytes uint8,
-        scale [R]). The arithmetic of quantize's per-token kernel (an integer max over the bit
-        patterns, a NaN-keeping clamp), so non-finite rows give its bytes too."""
-        amax = tl.max(_abs_bits(x), 1).to(tl.float32, bitcast=True)
-        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full([R], 448.0, tl.float32))
-        byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (R, C))))
-        return byte.to(tl.uint8), scale
+        scale [R]), by quantize's per-token kernels' own helper, so non-finite rows give their bytes too."""
+        code, scale = _fp8_row_codes(x, R, C, TINY)
+        return code.to(tl.uint8), scale
 
 
 # P's fixed NVFP4 global scale (reference.p_nvfp4_global: formats' global for amax 1), computed once at

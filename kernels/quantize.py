@@ -16,7 +16,7 @@ The fp8 outputs are written through uint8 views.
 Fallback: when Triton cannot run on the tensor (not importable, or a CPU
 tensor without TRITON_INTERPRET=1; see `_triton_env`), or a block size is not
 a power of two, these functions return `formats`' results (identical bytes).
-The jit helpers `_abs_bits`, `_e4m3_code`, `_e4m3_value`, `_e4m3_to_f32` and `_e2m1_code` are
+The jit helpers `_abs_bits`, `_fp8_row_codes`, `_e4m3_code`, `_e4m3_value`, `_e4m3_to_f32` and `_e2m1_code` are
 shared with `attention_quant.py` (in-register quantization inside the
 attention kernels): change their semantics only together with it.
 
@@ -124,6 +124,14 @@ if HAS_TRITON:
         return code | tl.where(v < 0, 8, 0)
 
     @triton.jit
+    def _fp8_row_codes(x, R: tl.constexpr, C: tl.constexpr, TINY: tl.constexpr):
+        """Per-row fp8 of an fp32 [R, C] tile, as formats.quantize_fp8_per_token: (E4M3 codes int32
+        [R, C], scale [R]). The amax is an integer max over the bit patterns and the clamp keeps NaN."""
+        amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
+        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((R,), 448.0, tl.float32))
+        return _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (R, C)))), scale
+
+    @triton.jit
     def _fp8_tokens_kernel(
         X, X8, X8T, Scale, S, D,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -141,13 +149,11 @@ if HAS_TRITON:
             amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
             scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
             tl.store(Scale + bh * tl.cdiv(S, BLOCK_S) + pid_s, scale)
-            v = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D)))
+            code = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D))))
         else:
-            amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
-            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+            code, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
             tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
-            v = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D)))
-        byte = _e4m3_code(v).to(tl.uint8)
+        byte = code.to(tl.uint8)
         tl.store(X8 + offs, byte, mask=mask)
         if WRITE_T:  # the same bytes, [D, S]: K-major operand for the token-contracting products
             offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
@@ -190,10 +196,8 @@ if HAS_TRITON:
         offs_d = tl.arange(0, BLOCK_D)
         mask = offs_d[None, :] < D
         x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
-        amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
-        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+        byte, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
         tl.store(Scale + bh * S + offs_s, scale)
-        byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D))))
         xt = _e4m3_value(byte) * scale[:, None]  # the per-token values, exactly
         bamax = tl.max(tl.max(_abs_bits(xt), axis=1), axis=0).to(tl.float32, bitcast=True)
         bscale = tl.math.div_rn(_clamp_tiny(bamax, TINY), 448.0)
@@ -222,10 +226,8 @@ if HAS_TRITON:
         mask = (offs_s[:, None] < S) & (offs_d[None, :] < D)
         offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
-        scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((BLOCK_S,), 448.0, tl.float32))
+        byte, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
         tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
-        byte = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (BLOCK_S, BLOCK_D))))
         tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
         o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
         o_scale = tl.load(OScale + bh * S + offs_s, mask=offs_s < S, other=0.0)
