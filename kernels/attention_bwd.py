@@ -365,15 +365,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     # the dQ kernel's own launch where it has one, else the dK/dV kernel's
     dq_sub = config.pop("dq_sub", sub)
     bm = config.pop("bm", block)  # query rows per dQ program
-    dq_launch = {"num_warps": config.pop("dq_warps", config.get("num_warps")),
-                 "num_stages": config.pop("dq_stages", config.get("num_stages"))}
-    dq_launch = {k: v for k, v in dq_launch.items() if v is not None}
-    if bm not in (block, block // 2) or bm < dq_sub:
-        raise ValueError(f"backward config bm={bm}: allowed {block} (the forward's tile) or {block // 2}, "
-                         f"and at least the dQ sub-tile ({dq_sub})")
-    if bn not in (block, block // 2) or bn < sub:
-        raise ValueError(f"backward config bn={bn}: allowed {block} (the forward's tile) or {block // 2}, "
-                         f"and at least the sub-tile ({sub})")
+    dq_launch = {key: config.pop(dq_key) for key, dq_key in (("num_warps", "dq_warps"), ("num_stages", "dq_stages"))
+                 if dq_key in config}
+    for name, rows, least, what in (("bm", bm, dq_sub, "dQ sub-tile"), ("bn", bn, sub, "sub-tile")):
+        if rows not in (block, block // 2) or rows < least:
+            raise ValueError(f"backward config {name}={rows}: allowed {block} (the forward's tile) or {block // 2}, "
+                             f"and at least the {what} ({least})")
     if bn != block and doc is not None:
         raise ValueError(f"backward config bn={bn} with document masking: the fold's row factor then depends "
                          f"on the documents; use bn={block}")
