@@ -161,7 +161,8 @@ def run_accuracy(args, rows: list, device: str) -> None:
 
 
 def profile_parts(args, seq: int) -> tuple[dict, tuple]:
-    """Callables for each stage of the fp8 fwd+bwd at one shape (D = 128)."""
+    """Callables for each stage of the fp8 fwd+bwd at one shape (D = 128), each with the kernel and
+    launch config it sweeps (None for the fixed stages)."""
     from flamia_kernels import attention_bwd, attention_fwd
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
@@ -179,22 +180,22 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
                                                  config=cfg)
     bwd = lambda cfg=None: attention_bwd.backward(ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec,  # noqa
                                                   True, True, sm, SEQ_BLOCK, config=cfg)
+    # part name -> (callable, the kernel a launch sweep times: fwd, dkdv, dq, both or None, its config)
     parts = {
-        "fwd pre-pass (quantize Q, K, V)": lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
-        "fwd kernel": fwd,
-        "bwd pre-pass (quantize dO, delta; fused)": lambda: QZ.quantize_fp8_per_token_with_delta(do, o8, os_),
-        "bwd pre-pass unfused (PyTorch delta)": lambda: backward_delta(quantize_operand(do, "fp8", QZ),
-                                                                       Operand(o8, os_)),
-        "bwd kernels (dK/dV + dQ)": bwd,
+        "fwd pre-pass (quantize Q, K, V)": (lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
+                                            None, None),
+        "fwd kernel": (fwd, None, None),
+        "bwd pre-pass (quantize dO, delta; fused)": (lambda: QZ.quantize_fp8_per_token_with_delta(do, o8, os_),
+                                                     None, None),
+        "bwd pre-pass unfused (PyTorch delta)": (lambda: backward_delta(quantize_operand(do, "fp8", QZ),
+                                                                        Operand(o8, os_)), None, None),
+        "bwd kernels (dK/dV + dQ)": (bwd, None, None),
     }
-    configs = {}  # part name -> (kernel timed: fwd, dkdv, dq or both, its launch config)
     for cfg in args.bwd_configs:
-        parts[f"bwd kernels {cfg}"] = lambda cfg=cfg: bwd(cfg)
-        configs[f"bwd kernels {cfg}"] = (cfg.get("which", "both"), cfg)
+        parts[f"bwd kernels {cfg}"] = (lambda cfg=cfg: bwd(cfg), cfg.get("which", "both"), cfg)
     for cfg in args.fwd_configs:
-        parts[f"fwd kernel {cfg}"] = lambda cfg=cfg: fwd(cfg)
-        configs[f"fwd kernel {cfg}"] = ("fwd", cfg)
-    return parts, shape, configs
+        parts[f"fwd kernel {cfg}"] = (lambda cfg=cfg: fwd(cfg), "fwd", cfg)
+    return parts, shape
 
 
 def run_trace(args) -> None:
@@ -224,14 +225,13 @@ def run_profile(args, rows: list, save) -> None:
     """Where the fp8 fwd+bwd time goes: pre-pass, forward kernel, backward pre-pass, dK/dV + dQ.
     Saves after every part: a sweep cut short by its time box keeps what it measured."""
     for seq in args.seqs:
-        parts, (b, h, s, d), configs = profile_parts(args, seq)
-        for name, fn in parts.items():
+        parts, (b, h, s, d) = profile_parts(args, seq)
+        for name, (fn, kernel, cfg) in parts.items():
             try:
                 ms = bench(fn)
             except Exception as err:
                 ms = float("nan")
                 print(f"  profile {name} failed: {err!s:.300}", flush=True)
-            kernel, cfg = configs.get(name, (None, None))
             rows.append(dict(kind="profile", name=name, S=s, D=d, B=b, H=h, ms=ms, kernel=kernel, config=cfg))
             print(f"  profile S={s} D={d} {name:40s} {ms:8.3f} ms", flush=True)
             save()
