@@ -164,7 +164,8 @@ def test_prefix_gpu(path, spec):
 
 def _half_tile_launches(monkeypatch) -> None:
     """Both kernels' half-tile launch options (programs of 64 query rows in the forward and the dQ
-    kernel, 64 keys in the dK/dV kernel) instead of the defaults."""
+    kernel, 64 keys in the dK/dV kernel) instead of the defaults: a program then starts inside a
+    tile, and its causal diagonal and token-block copies must still be the tile's."""
     from flamia_kernels import attention_bwd, attention_fwd
 
     fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
@@ -173,60 +174,45 @@ def _half_tile_launches(monkeypatch) -> None:
                         lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "bm": 64, "bn": 64})
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_prefix_triton_half_tile_launches(spec, monkeypatch):
-    """Tests 2, 3 and 5 with the launch options that split a 128-token tile over two programs: a
-    program then starts inside a tile, and its causal diagonal and token-block copies must still be
-    the tile's."""
-    _half_tile_launches(monkeypatch)
-    outs, pairs = _run("triton", spec, True, _t_values(7), seed=19, kinds_for_t=_rotating)
-    assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", spec, False, [15, SEQ_BLOCK + 40], seed=20, kinds_for_t=lambda n: ("outlier",))
-    _assert_each_test_catches_every_leak(outs, pairs)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_prefix_gpu_half_tile_launches(spec, monkeypatch):
-    """test_prefix_gpu's Triton half with the half-tile launch options, for the two presets whose
-    fp8 forward the options are timed on (both kernels of each, every option at once)."""
-    _half_tile_launches(monkeypatch)
-    seq = 8 * SEQ_BLOCK
-    ts = _t_values(17, seq)
-    outs, pairs = _run("triton", spec, True, ts, seed=21, seq=seq, device="cuda")
-    assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", spec, False, ts, seed=22, seq=seq, device="cuda")
-    _assert_each_test_catches_every_leak(outs, pairs)
-
-
 def _fused_q(monkeypatch) -> None:
-    """The fuse_q launch option: the forward kernel quantizes Q itself (fp8 qk, per-token Q)."""
+    """The fuse_q launch option: the forward kernel quantizes Q itself (fp8 qk, per-token Q; the
+    leaky variant keeps token-block Q from the pre-pass)."""
     from flamia_kernels import attention_fwd
 
     fwd = attention_fwd.launch_config
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "fuse_q": True})
 
 
+# launch option -> (how to set it, the seeds of its safe and leaky runs)
+LAUNCH_OPTIONS = {"half_tile_launches": (_half_tile_launches, (19, 20)), "fused_q": (_fused_q, (23, 24))}
+
+
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_prefix_triton_fused_q(spec, monkeypatch):
-    """Tests 2, 3 and 5 with Q quantized inside the forward kernel (per token, so causally safe; the
-    leaky variant keeps token-block Q from the pre-pass and must still be caught)."""
-    _fused_q(monkeypatch)
-    outs, pairs = _run("triton", spec, True, _t_values(7), seed=23, kinds_for_t=_rotating)
+@pytest.mark.parametrize("option", list(LAUNCH_OPTIONS))
+def test_prefix_triton_launch_options(option, spec, monkeypatch):
+    """Tests 2, 3 and 5 on the Triton kernels under a launch option instead of the defaults."""
+    set_option, (safe_seed, leaky_seed) = LAUNCH_OPTIONS[option]
+    set_option(monkeypatch)
+    outs, pairs = _run("triton", spec, True, _t_values(7), seed=safe_seed, kinds_for_t=_rotating)
     assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", spec, False, [15, SEQ_BLOCK + 40], seed=24, kinds_for_t=lambda n: ("outlier",))
+    outs, pairs = _run("triton", spec, False, [15, SEQ_BLOCK + 40], seed=leaky_seed,
+                       kinds_for_t=lambda n: ("outlier",))
     _assert_each_test_catches_every_leak(outs, pairs)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
-def test_prefix_gpu_fused_q(spec, monkeypatch):
-    """test_prefix_gpu's Triton half with the fuse_q launch option."""
-    _fused_q(monkeypatch)
+@pytest.mark.parametrize("option", list(LAUNCH_OPTIONS))
+def test_prefix_gpu_launch_options(option, spec, monkeypatch):
+    """test_prefix_gpu's Triton half under a launch option, for the two presets whose fp8 forward
+    the options are timed on."""
+    LAUNCH_OPTIONS[option][0](monkeypatch)
     seq = 8 * SEQ_BLOCK
     ts = _t_values(17, seq)
-    outs, pairs = _run("triton", spec, True, ts, seed=25, seq=seq, device="cuda")
+    outs, pairs = _run("triton", spec, True, ts, seed=21, seq=seq, device="cuda")
     assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, ts, seed=22, seq=seq, device="cuda")
+    _assert_each_test_catches_every_leak(outs, pairs)
 
 
 def test_prefix_forward_bf16():
