@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 6's first device call (1× H200, ~330 s): scripts/device/next_session.sh without its gpt-1b
+# Session 6's first device call (1× H200, ~270 s): scripts/device/next_session.sh without its gpt-1b
 # training bench (issue 6 is blocked on FP4 hardware; more rows there change nothing):
 #   1. the attention GPU tier under the half-tile defaults (D = 64, non-causal at scale, fused Q,
 #      emulated presets), the pre-pass launch overrides and the per-token fp8 pre-pass kernels
 #      against `formats` at scale (their row arithmetic is one helper since 81dd11b);
 #   2. the forward pre-pass part by part with warp variants (scripts/bench_prepass.py, never run), and
-#      the speed table with the fuse_q launch option beside the default.
+#      the speed table with the fuse_q launch option beside the default (both rows in one run).
 #   FLAMIA_COMMIT=<sha> bash scripts/device/session6_first.sh
 set -uo pipefail
 source scripts/device/setup.sh
@@ -18,6 +18,4 @@ TAIL=14 phase prepass 30 python3 scripts/bench_prepass.py
 echo '{"fwd": {"fuse_q": true}}' > "$R/fuse_q.json"
 TAIL=20 phase fuse_q 60 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 --peers cudnn \
   --launch "$R/fuse_q.json" --out "$R/fuse_q"
-TAIL=20 phase default 60 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 --peers cudnn \
-  --out "$R/default"
 tar -czf "$OUT/results.tar.gz" -C /tmp results
