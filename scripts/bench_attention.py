@@ -189,6 +189,8 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
                                                      None, None),
         "bwd pre-pass unfused (PyTorch delta)": (lambda: backward_delta(quantize_operand(do, "fp8", QZ),
                                                                         Operand(o8, os_)), None, None),
+        "bwd copies for pre (bf16 Q, K, scaled dO; V rows)": (
+            lambda: attention_bwd._bf16_copies(ops.q, ops.k, ops.v, do_op, lse2, moff, delta), None, None),
         "bwd kernels (dK/dV + dQ)": (bwd, None, None),
     }
     for cfg in args.bwd_configs:

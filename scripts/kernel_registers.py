@@ -111,7 +111,9 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     val = lambda fmt: "*fp8e4nv" if fmt == "fp8" else "*bf16"  # noqa: E731  stored operand dtype
     pointers = {"Q": val(spec.qk), "K": val(spec.qk), "KB": val(spec.qk), "VT": val(spec.pv),
                 "VBT": val(spec.pv), "DO": val(spec.do), "O": "*bf16", "O8": "*u8", "DK": "*bf16",
-                "DV": "*bf16", "DQ": "*bf16", "DOC": "*i32", "DSTART": "*i32", "DEND": "*i32"}
+                "DV": "*bf16", "DQ": "*bf16", "DOC": "*i32", "DSTART": "*i32", "DEND": "*i32",
+                # the backward's `pre` copies (attention_bwd._bf16_copies)
+                "QB": "*bf16", "DOB": "*bf16", "KBF": "*bf16", "KBBF": "*bf16", "VR": val(spec.pv), "VBR": val(spec.pv)}
     # fp8 K and V carry their off-diagonal token-block copies (attention_operands._key_side)
     common = dict(D=dim, CAUSAL=causal, TINY=tiny, INTERP=False, HAS_DOC=False,
                   K_OFF=off_diagonal and spec.qk == "fp8", V_OFF=off_diagonal and spec.pv == "fp8")
@@ -140,7 +142,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
                         "sub": defaults.get("dq_sub", defaults.get("sub"))}
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
         bn = cfg.pop("bn", defaults.get("bn", block) if is_default else block)
-        consts = dict(common, DS_FMT=fmt_code(spec.ds))
+        consts = dict(common, DS_FMT=fmt_code(spec.ds), PRE=cfg.pop("pre", defaults.get("pre", False) if is_default
+                                                                  else False))
         if kernel == "dkdv":
             fn = bwd._dkdv_kernel
             consts.update(BN=bn, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
@@ -161,7 +164,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
              + (":fuseq" if consts.get("FUSE_Q") else ""))
     if kernel != "fwd":
         label += (f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
-                  + (":bm64" if kernel == "dq" and consts["BM"] != block else ""))
+                  + (":bm64" if kernel == "dq" and consts["BM"] != block else "") + (":pre" if consts["PRE"] else ""))
     ptx = compiled.asm["ptx"]
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 

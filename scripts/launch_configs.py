@@ -10,6 +10,7 @@ imports them when it runs).
       :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on)
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
+      :pre     backward: read bf16 copies of Q, K, the scaled dO and V's rows (pre; fp8 operands)
       :dkdv / :dq         backward: run one kernel only
 """
 
@@ -21,7 +22,7 @@ import json
 from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
-          "half": ("bn", 64),
+          "half": ("bn", 64), "pre": ("pre", True),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
 

@@ -364,7 +364,7 @@ def test_gpu_fast_path_defaults_with_doc_ids_keep_full_tile_dkdv(monkeypatch):
     from flamia_kernels import attention_bwd
 
     fast = {"num_warps": 4, "num_stages": 1, "sub": 32, "bn": 64, "dq": "kernel", "dq_warps": 4, "dq_stages": 1,
-            "bm": 64}  # launch_config's fp8 fast path on sm_90, with the interpreter's single stage
+            "bm": 64, "pre": True}  # launch_config's fp8 fast path on sm_90, with the interpreter's single stage
     q, k, v, do, ids = _inputs(1, 2, 1, 256, 64, seed=47)
     base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True, doc_ids=ids)
     monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: dict(fast))

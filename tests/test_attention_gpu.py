@@ -164,6 +164,24 @@ def test_gpu_backward_half_tile_programs_match(spec):
     assert errs[0] == 0.0 and errs[1] <= 2e-4 and errs[2] <= 2e-4
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_gpu_backward_pre_copies_are_bit_identical(causal):
+    """The fast path's default `pre` (bf16 copies of Q's and K's bytes, V's rows and the scaled dO
+    rows, read instead of converted per tile) against pre=False on the H200 at its default launch:
+    the same values enter the same wgmma products, so every gradient is equal bit for bit."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=41)
+    args = backward_args(spec, q, k, v, do, causal=causal, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    assert base.get("pre") is True
+    pre = attention_bwd.backward(*args, config=base)
+    plain = attention_bwd.backward(*args, config={**base, "pre": False})
+    for name, a, b in zip(("dQ", "dK", "dV"), pre, plain, strict=True):
+        assert a.abs().sum() > 0 and torch.equal(a, b), f"{name}: rel-L2 {_rel(a, b):.2e}"
+
+
 # The launch variants scripts/device/session5_kernels.sh times kernel by kernel (bench_attention
 # --bwd-configs ...:dkdv / ...:dq): each must give the default's gradients before its time counts.
 BACKWARD_VARIANTS = {

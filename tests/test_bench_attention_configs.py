@@ -23,7 +23,7 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    allowed = "allowed fresh, bptr, bm64, fuseq, half, atomic"
+    allowed = "allowed fresh, bptr, bm64, fuseq, half, pre, atomic"
     with pytest.raises(argparse.ArgumentTypeError, match=f"'8x2:fast'.*'fast'.*{allowed}"):
         _configs("8x2:fast")
 
@@ -32,6 +32,8 @@ def test_configs_half_tile_rows():
     assert _configs("4x3:bm64")[0] == {"num_warps": 4, "num_stages": 3, "bm": 64}
     assert _configs("4x2x32:bm64:dq")[0] == {"num_warps": 4, "num_stages": 2, "sub": 32, "bm": 64, "which": "dq"}
     assert _configs("4x3:bm64:fuseq")[0] == {"num_warps": 4, "num_stages": 3, "bm": 64, "fuse_q": True}
+    assert _configs("4x2x32:half:pre:dkdv")[0] == {"num_warps": 4, "num_stages": 2, "sub": 32, "bn": 64, "pre": True,
+                                                   "which": "dkdv"}
 
 
 def _row(kernel, cfg, ms, seq=8192):
