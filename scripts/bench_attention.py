@@ -163,7 +163,7 @@ def run_accuracy(args, rows: list, device: str) -> None:
 def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     """Callables for each stage of the fp8 fwd+bwd at one shape (D = 128), each with the kernel and
     launch config it sweeps (None for the fixed stages)."""
-    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import attention_bwd, attention_bwd_copies, attention_fwd
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
     from flamia_kernels.spec import SEQ_BLOCK
@@ -190,7 +190,7 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
         "bwd pre-pass unfused (PyTorch delta)": (lambda: backward_delta(quantize_operand(do, "fp8", QZ),
                                                                         Operand(o8, os_)), None, None),
         "bwd copies for pre (bf16 Q, K, scaled dO; V rows)": (
-            lambda: attention_bwd._bf16_copies(ops.q, ops.k, ops.v, do_op, lse2, moff, delta), None, None),
+            lambda: attention_bwd_copies.bf16_copies(ops.q, ops.k, ops.v, do_op, lse2, moff, delta), None, None),
         "bwd kernels (dK/dV + dQ)": (bwd, None, None),
     }
     for cfg in args.bwd_configs:

@@ -143,7 +143,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
         sub, fuse = cfg.pop("sub", defaults.get("sub")), cfg.pop("dq", "kernel") == "atomic"
         bn = cfg.pop("bn", defaults.get("bn", block) if is_default else block)
         consts = dict(common, DS_FMT=fmt_code(spec.ds), PRE=cfg.pop("pre", defaults.get("pre", False) if is_default
-                                                                  else False))
+                                                                  else False), DP_EARLY=cfg.pop("dp_early", True))
         if kernel == "dkdv":
             fn = bwd._dkdv_kernel
             consts.update(BN=bn, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
@@ -164,7 +164,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
              + (":fuseq" if consts.get("FUSE_Q") else ""))
     if kernel != "fwd":
         label += (f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
-                  + (":bm64" if kernel == "dq" and consts["BM"] != block else "") + (":pre" if consts["PRE"] else ""))
+                  + (":bm64" if kernel == "dq" and consts["BM"] != block else "") + (":pre" if consts["PRE"] else "")
+                  + ("" if consts["DP_EARLY"] else ":late"))
     ptx = compiled.asm["ptx"]
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 

@@ -11,6 +11,7 @@ imports them when it runs).
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
       :pre     backward: read bf16 copies of Q, K, the scaled dO and V's rows (pre; fp8 operands)
+      :late    backward: issue dP after the softmax work instead of before it (dp_early off)
       :dkdv / :dq         backward: run one kernel only
 """
 
@@ -22,7 +23,7 @@ import json
 from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
-          "half": ("bn", 64), "pre": ("pre", True),
+          "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
 

@@ -167,8 +167,9 @@ def test_gpu_backward_half_tile_programs_match(spec):
 @pytest.mark.parametrize("causal", [True, False])
 def test_gpu_backward_pre_copies_are_bit_identical(causal):
     """The fast path's default `pre` (bf16 copies of Q's and K's bytes, V's rows and the scaled dO
-    rows, read instead of converted per tile) against pre=False on the H200 at its default launch:
-    the same values enter the same wgmma products, so every gradient is equal bit for bit."""
+    rows, read instead of converted per tile) against pre=False, and dP issued early (the default)
+    against late, on the H200 at the default launch: the same values enter the same wgmma
+    products, so every gradient is equal bit for bit."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
     spec = AttentionSpec.parse("fp8")
@@ -177,9 +178,10 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
     base = attention_bwd.launch_config(128, spec.ds)
     assert base.get("pre") is True
     pre = attention_bwd.backward(*args, config=base)
-    plain = attention_bwd.backward(*args, config={**base, "pre": False})
-    for name, a, b in zip(("dQ", "dK", "dV"), pre, plain, strict=True):
-        assert a.abs().sum() > 0 and torch.equal(a, b), f"{name}: rel-L2 {_rel(a, b):.2e}"
+    for extra in ({"pre": False}, {"dp_early": False}):
+        plain = attention_bwd.backward(*args, config={**base, **extra})
+        for name, a, b in zip(("dQ", "dK", "dV"), pre, plain, strict=True):
+            assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}: rel-L2 {_rel(a, b):.2e}"
 
 
 # The launch variants scripts/device/session5_kernels.sh times kernel by kernel (bench_attention

@@ -118,10 +118,10 @@ def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv)
     (True, True, 4, 2, False), (True, True, 2, 1, True), (False, True, 2, 1, False), (True, False, 2, 2, True)])
 def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half):
     """Launch option pre (the fp8 fast path's default on sm_90): the kernels read bf16 copies of Q's
-    and K's bytes, V's rows and the dV product's scaled dO rows (`attention_bwd._bf16_copies`) instead
-    of converting them per tile. The same values enter the same products, so every gradient is the
-    plain launch's bit for bit, under the half-tile programs too; a spec whose operands are not all
-    fp8 is refused with the option named."""
+    and K's bytes, V's rows and the dV product's scaled dO rows (`attention_bwd_copies`) instead of
+    converting them per tile. The same values enter the same products, so every gradient is the
+    plain launch's bit for bit, under the half-tile programs and with dP issued late too; a spec
+    whose operands are not all fp8 is refused with the option named."""
     from flamia_kernels import attention_bwd
 
     spec = AttentionSpec.parse("fp8")
@@ -129,9 +129,10 @@ def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half
     args = backward_args(spec, q, k, v, do, causal=causal, safeguards=safeguards)
     cfg = {"num_warps": 4, "num_stages": 1, "sub": 32, **({"bn": 64, "bm": 64} if half else {})}
     plain = attention_bwd.backward(*args, config=cfg)
-    pre = attention_bwd.backward(*args, config={**cfg, "pre": True})
-    for name, a, b in zip(("dQ", "dK", "dV"), pre, plain, strict=True):
-        assert a.abs().sum() > 0 and torch.equal(a, b), f"{name}: rel-L2 {_rel(a, b):.2e}"
+    for extra in ({"pre": True}, {"pre": True, "dp_early": False}):
+        pre = attention_bwd.backward(*args, config={**cfg, **extra})
+        for name, a, b in zip(("dQ", "dK", "dV"), pre, plain, strict=True):
+            assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}: rel-L2 {_rel(a, b):.2e}"
     mixed = AttentionSpec.parse("nvfp4-fp8")
     margs = backward_args(mixed, q, k, v, do, causal=causal, safeguards=safeguards)
     with pytest.raises(ValueError, match="backward config pre=True needs fp8 Q, K, V and dO"):
