@@ -28,7 +28,7 @@ def test_reports_the_dq_kernel_on_sm90():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dq ")]
-    assert len(row) == 1 and "4x3x32:bm64 (default)" in row[0], out.stdout  # launch_config's fp8 fast path
+    assert len(row) == 1 and "4x3x32:bm64:pre (default)" in row[0], out.stdout  # launch_config's fp8 fast path
     regs, stores, loads = (int(x) for x in row[0].split()[-3:])
     # compiled with the JIT's divisibility hints, the dQ kernel holds its tiles in registers (0 bytes spilled)
     assert 0 < regs <= 255 and stores == 0 and loads == 0, row
