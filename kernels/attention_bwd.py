@@ -20,8 +20,9 @@ Partner folding (FLAMIA.md): a per-token scale along a product's contraction axi
 partner is quantized or rounded, so the stored bytes serve both orientations.
 The score recompute and dP (dPᵀ = V·dOᵀ in the dK/dV kernel, dP = dO·Vᵀ in the dQ kernel, both
 operands per-token fp8) are FP8 products; dV and dK / dQ run on bf16 tensor cores over FP8 values
-(exact in bf16). The dQ kernel reads V's rows out of the stored Vᵀ, so the register copy it
-stages is K-major (D contiguous), as an FP8 wgmma's B operand must be. Hopper's FP8 MMA
+(exact in bf16). The dQ kernel's dP needs V's rows K-major (D contiguous), as an FP8 wgmma's B
+operand must be: with `pre` it reads the row-major copy of `attention_bwd_copies`, else it stages
+a register copy of the stored Vᵀ. Hopper's FP8 MMA
 accumulates with reduced precision, so the two kernels' dP differ in the last bits (dQ through
 the atomic path vs the dQ kernel on the H200: 3.3e-5 apart, 1.3e-3 while the latter's dP was
 bf16); both match the reference.
@@ -52,12 +53,13 @@ if HAS_TRITON:
     from .attention_quant import finite_row_max, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
-    def _dpt(v, do, INTERP: tl.constexpr):
-        """dPᵀ = V·dOᵀ, unscaled: an FP8 product over fp8 V and dO (both K-major: D is contiguous)."""
-        if v.dtype == do.dtype:
-            return mma(v, tl.trans(do), INTERP)
+    def _dp_product(a, b, INTERP: tl.constexpr):
+        """a·bᵀ over D, unscaled: dPᵀ = V·dOᵀ in the dK/dV kernel, dP = dO·Vᵀ in the dQ kernel. An FP8
+        product where both are fp8 (both K-major: D is contiguous), else bf16 over their values."""
+        if a.dtype == b.dtype:
+            return mma(a, tl.trans(b), INTERP)
         else:
-            return mma(v.to(tl.bfloat16), tl.trans(do.to(tl.bfloat16)), INTERP)
+            return mma(a.to(tl.bfloat16), tl.trans(b.to(tl.bfloat16)), INTERP)
 
     @triton.jit
     def _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n, offs_d, S,
@@ -83,7 +85,7 @@ if HAS_TRITON:
         st = mma(k, tl.trans(q), INTERP) * (ks[:, None] * (qs * qk_scale)[None, :])
         if DP_EARLY:  # dPᵀ needs none of the softmax work below: issued here, ptxas runs that work
             # while the product is in flight (in the sm_90 SASS the exp2s sit between its wgmma and its wait)
-            dpt = _dpt(v, do, INTERP)
+            dpt = _dp_product(v, do, INTERP)
         if HAS_DOC:
             keep = kdoc[:, None] == tl.load(DOC + doc_off + offs_m)[None, :]
             if DIAG:
@@ -122,7 +124,7 @@ if HAS_TRITON:
             dob = scaled_do(do, r * prs * sdo * linv, INTERP)
         dv += mma(pq_t, dob, INTERP)
         if not DP_EARLY:
-            dpt = _dpt(v, do, INTERP)
+            dpt = _dp_product(v, do, INTERP)
         dpt = dpt * (vs[:, None] * sdo[None, :])
         dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
         yq, ys = quant_rows(dst * qs[None, :], P_GLOB, DS_FMT, False, BN, BM, TINY, INTERP)
@@ -216,14 +218,6 @@ if HAS_TRITON:
         tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
 
     @triton.jit
-    def _dp(do, v, INTERP: tl.constexpr):
-        """dP = dO·Vᵀ, unscaled: an FP8 product over fp8 dO and V's rows (K-major)."""
-        if v.dtype == do.dtype:
-            return mma(do, tl.trans(v), INTERP)
-        else:
-            return mma(do.to(tl.bfloat16), tl.trans(v.to(tl.bfloat16)), INTERP)
-
-    @triton.jit
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
                 qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, CAUSAL: tl.constexpr,
@@ -242,8 +236,8 @@ if HAS_TRITON:
         else:
             k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
             ks = tl.load(KS + bhk * S + cols)
-        # V's bytes as rows (BN, D), read from the stored Vᵀ: as dP's B operand, V·(…)ᵀ contracts over D,
-        # and an fp8 B must be K-major (D contiguous) in shared memory, which the register copy gives
+        # V's bytes as rows (BN, D): as dP's B operand, V·(…)ᵀ contracts over D, and an fp8 B must be
+        # K-major (D contiguous) in shared memory: PRE's row-major copy, else a register copy of Vᵀ's
         if PRE:
             v = tl.load((VBR if val_off else VR) + bhk * S * D + cols[:, None] * D + offs_d[None, :])
         else:
@@ -254,7 +248,7 @@ if HAS_TRITON:
             vs = tl.load(VS + bhk * S + cols)
         s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
         if DP_EARLY:  # issued before the softmax work, as dPᵀ in `_kv_tile`
-            dp = _dp(do, v, INTERP)
+            dp = _dp_product(do, v, INTERP)
         if HAS_DOC:
             keep = qdoc[:, None] == tl.load(DOC + doc_off + cols)[None, :]
             if DIAG and CAUSAL:
@@ -265,7 +259,7 @@ if HAS_TRITON:
         m_use = finite_row_max(m, HAS_DOC)
         p = tl.exp2(s - (m_use - 8.0)[:, None])
         if not DP_EARLY:
-            dp = _dp(do, v, INTERP)
+            dp = _dp_product(do, v, INTERP)
         dp = dp * (sdo[:, None] * vs[None, :])
         ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
         yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BM, BN, TINY, INTERP)
