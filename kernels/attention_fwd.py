@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from . import attention_fwd_gluon
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
@@ -306,7 +307,9 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     k.off / v.off (`attention_operands.OffDiagonal`, v's transposed): the token-block copies read
     off the diagonal, or None (the per-token operand on every tile).
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
-    config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), and "bm"
+    config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), "gluon"
+    (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and num_stages;
+    elsewhere this Triton kernel), and "bm"
     (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
     registers and lets two programs share an SM, one's softmax running beside the other's products;
     every row's arithmetic is the same, only the programs' row blocking changes).
@@ -343,6 +346,10 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
+    gluon, pipe = config.pop("gluon", False), config.pop("pipe", 2)
+    if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
+        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe,
+                                           stages=config.get("num_stages", attention_fwd_gluon.STAGES))
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

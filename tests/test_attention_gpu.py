@@ -283,3 +283,62 @@ def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
     err = _rel(mx[0], plain[0])
     print(f"\nblock-scaled QK vs bf16 products: O rel-L2 {err:.2e}")
     assert err <= 1e-3
+
+
+GLUON_VARIANTS = {"pipe2 x3": {"pipe": 2, "num_stages": 3}, "pipe2 x2": {"pipe": 2, "num_stages": 2},
+                  "pipe1 x2": {"pipe": 1, "num_stages": 2}, "pipe0 x2": {"pipe": 0, "num_stages": 2}}
+
+
+@pytest.mark.parametrize("safeguards", [True, False])
+@pytest.mark.parametrize("variant", list(GLUON_VARIANTS))
+def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
+    """The sm_90 Gluon forward (attention_fwd_gluon) computes the Triton kernel's arithmetic with its
+    products in flight: the same MMA shapes and per-row reductions over the same layout, so O, the
+    row statistics and O's fp8 copy match it (GQA, B > 1, S not a power of two), and O matches the
+    reference within the GPU tolerance."""
+    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=27)
+    ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
+    assert attention_fwd_gluon.eligible(ops.q, ops.k, ops.v, spec, True, None, None, False) is None
+    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, safeguards, 128 ** -0.5, 128, True)
+    got = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True,
+                                      pipe=GLUON_VARIANTS[variant]["pipe"],
+                                      stages=GLUON_VARIANTS[variant]["num_stages"])
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+    print(f"\ngluon {variant} safeguards={safeguards}: O rel-L2 {_rel(got[0], base[0]):.2e}, bit-identical "
+          f"(O, lse2, M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}")
+    assert _rel(got[0], base[0]) <= 1e-5 and (got[2] != base[2]).float().mean().item() <= 1e-4
+    torch.testing.assert_close(got[1], base[1], rtol=1e-6, atol=1e-6)
+    assert o8_diff <= 1e-4
+    ref = reference.attention(q, k, v, spec, causal=True, safeguards=safeguards)
+    assert _rel(got[0], ref) <= _tol("fp8")
+
+
+def test_gpu_gluon_forward_through_the_launch_option():
+    """config {"gluon": True} routes an eligible forward to the Gluon kernel (and an ineligible one,
+    non-causal, to the Triton kernel): flamia_attention's O under the option matches the default."""
+    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(1, 4, 4, 1024, 128, seed=29)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    calls = []
+    original = attention_fwd_gluon.forward
+    attention_fwd_gluon.forward = lambda *a, **kw: calls.append(1) or original(*a, **kw)
+    try:
+        for causal in (True, False):
+            cfg = {**attention_fwd.launch_config(128, False), "gluon": True}
+            got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
+            base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True)
+            assert _rel(got[0], base[0]) <= 1e-5, causal
+    finally:
+        attention_fwd_gluon.forward = original
+    assert calls == [1]  # the causal call only

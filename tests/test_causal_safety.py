@@ -215,6 +215,28 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
     _assert_each_test_catches_every_leak(outs, pairs)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["fp8", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
+def test_prefix_gpu_gluon_forward(spec, monkeypatch):
+    """test_prefix_gpu's Triton half with the forward on the sm_90 Gluon kernel (launch option
+    "gluon"; GPU only: Gluon has no interpreter), at D = 128, the only head dim it takes. A spy
+    checks that the Gluon kernel ran."""
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
+
+    monkeypatch.setitem(globals(), "DIM", 128)
+
+    fwd, gluon_forward, calls = attention_fwd.launch_config, attention_fwd_gluon.forward, []
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
+    monkeypatch.setattr(attention_fwd_gluon, "forward", lambda *a, **kw: calls.append(1) or gluon_forward(*a, **kw))
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run("triton", spec, True, ts, seed=25, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, ts, seed=26, seq=seq, device="cuda")
+    _assert_each_test_catches_every_leak(outs, pairs)
+    assert calls, "the Gluon forward never ran"
+
+
 def test_prefix_forward_bf16():
     """The bf16 preset (SDPA) passes test 2 as well."""
     gen = torch.Generator().manual_seed(3)

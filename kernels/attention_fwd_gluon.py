@@ -1,0 +1,305 @@
+"""FLAMIA forward kernel for sm_90 in Gluon: the fp8 fast path with its products in flight.
+
+The Triton forward (`attention_fwd`) waits for every wgmma as soon as it is issued (the sm_90
+SASS shows `WARPGROUP.DEPBAR.LE gsb0, 0x0` after each product), so a program's tensor-core time
+and its softmax work add up, and Triton 3.6 offers no way to say otherwise. Gluon exposes the
+Hopper primitives directly (TMA copies into a ring of shared-memory stages, asynchronous
+`warpgroup_mma`, `warpgroup_mma_wait(num_outstanding)`), so this kernel overlaps them:
+
+    iteration t:  issue QKᵀ of tile t          (async)
+                  issue P·V of tile t - 1      (async, a fresh accumulator: FLAMIA.md's FP8 rule)
+                  wait for QKᵀ only            -> softmax of tile t runs while P·V(t - 1) computes
+                  wait for P·V(t - 1), fold it into acc, hand its stage to the TMA for tile t - 1 + STAGES
+
+The arithmetic is `attention_fwd`'s, operation for operation (the off-diagonal tiles on the
+token-block copies, the diagonal tile on the per-token bytes with V's scale folded into P, the
+integer row max, P's fixed ×256 fp8 scale, O's per-token fp8 copy), so O, the row statistics and
+the saved bytes are the same values; only when each product is waited for changes.
+
+Scope (`eligible`): CUDA sm_90 exactly, fp8 `qk` and `pv`, D = 128, the token-block copies present
+(K_OFF and V_OFF, i.e. safeguards may be on or off), causal, no document masking, no fused Q
+quantization, no block-scaled QKᵀ. Everything else runs the Triton kernel. Gluon has no
+interpreter, so on the CPU this module is compiled for sm_90 only (tests/test_kernel_registers.py);
+the GPU tests compare it with the Triton kernel.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._triton_env import HAS_TRITON, INTERPRET
+from .formats import FP8_TINY
+
+HAS_GLUON = False
+if HAS_TRITON and not INTERPRET:
+    try:
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        HAS_GLUON = True
+    except ImportError:  # a Triton without Gluon's Hopper module: the Triton kernel runs
+        HAS_GLUON = False
+
+BLOCK = 128  # key tile = token block = head dim of the fast path
+BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
+STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
+NUM_WARPS = 4
+
+
+def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
+    """None when the Gluon kernel can run this forward, else why not (for a benchmark's log)."""
+    if not HAS_GLUON:
+        return "Triton without Gluon's Hopper module (or the interpreter)"
+    if not q.vals.is_cuda or torch.cuda.get_device_capability(q.vals.device) != (9, 0):
+        return "not an sm_90 GPU"
+    if spec.qk != "fp8" or spec.pv != "fp8" or qk_mx:
+        return f"qk={spec.qk}, pv={spec.pv}: the fp8 fast path only"
+    if q.vals.shape[-1] != BLOCK:
+        return f"head dim {q.vals.shape[-1]}: {BLOCK} only"
+    if k.off is None or v.off is None:
+        return "no token-block K / V copies"
+    if not causal or doc is not None or q_raw is not None:
+        return "causal, without document masking or fused Q, only"
+    return None
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _issue_tile(t, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
+                    STAGES: gl.constexpr, BLOCK: gl.constexpr):
+        """TMA of key tile t into stage t % STAGES: the token-block copies off the diagonal (t < n_off),
+        the per-token bytes for the diagonal tile (t == n_off)."""
+        stage = t % STAGES
+        bar = ready.index(stage)
+        mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
+        if t < n_off:
+            tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
+        else:
+            tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
+
+    @gluon.jit
+    def _off_softmax(s, qs, m_i, l_i, kbs):
+        """`attention_fwd._fwd_off_tile`'s softmax (K_OFF): one K scale per tile, c = s_q·c·s_kb per
+        row, the integer row max, p = exp2(s·c - M + 8) (P's ×256). Returns (p, m, l, alpha)."""
+        c = qs * kbs
+        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1) * c))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s * c[:, None] - (m_new - 8.0)[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, m_new, l_i, alpha
+
+    @gluon.jit
+    def _o8_rows(o, TINY: gl.constexpr, R: gl.constexpr, C: gl.constexpr):
+        """Per-row fp8 of O as `quantize._fp8_row_codes` on the GPU: (bytes uint8, scale). amax is an
+        integer max over the fp32 bit patterns (keeps NaN), the scale and quotient IEEE divisions, the
+        E4M3 code the hardware's nearest-even saturating conversion with NaN as 0x7F | sign."""
+        bits = o.to(gl.int32, bitcast=True)
+        amax = gl.max(bits & 0x7FFFFFFF, 1).to(gl.float32, bitcast=True)
+        amax = gl.where(amax < TINY, TINY, amax)
+        scale = gl.div_rn(amax, gl.full(amax.shape, 448.0, gl.float32, amax.type.layout))
+        v = gl.div_rn(o, gl.broadcast(scale[:, None], o)[0])
+        byte = v.to(gl.float8e4nv).to(gl.uint8, bitcast=True).to(gl.int32)
+        sign = (v.to(gl.int32, bitcast=True) >> 24) & 0x80
+        byte = gl.where(v != v, 0x7F | sign, byte)
+        return byte.to(gl.uint8), scale
+
+    @gluon.jit
+    def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2, MOFF,
+                          qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+                          STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
+                          PIPE: gl.constexpr):
+        gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
+        L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
+        P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)  # fp8 A from registers
+        ROW: gl.constexpr = gl.SliceLayout(1, L)
+        COL: gl.constexpr = gl.SliceLayout(0, L)
+
+        n_m = gl.num_programs(0)
+        pid_m = n_m - 1 - gl.program_id(0)  # longest causal rows first, as the Triton kernel
+        bh = gl.program_id(1)
+        bhk = bh // G
+        first = pid_m * BM
+        diag = first // BLOCK * BLOCK
+        n_off = diag // BLOCK  # off-diagonal key tiles; tile n_off is the diagonal one
+        kv_row = bhk * S  # K's rows in the [B·Hkv·S, D] view
+        v_row = bhk * D  # Vᵀ's rows in the [B·Hkv·D, S] view
+        kvb_off = bhk.to(gl.int64) * (S // BLOCK)
+
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+        k_smem = gl.allocate_shared_memory(kb_desc.dtype, [STAGES, BLOCK, D], kb_desc.layout)
+        v_smem = gl.allocate_shared_memory(vbt_desc.dtype, [STAGES, D, BLOCK], vbt_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(q_bar, count=1)
+
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_smem)
+        for i in gl.static_range(STAGES):
+            if i <= n_off:
+                _issue_tile(i, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
+                            STAGES, BLOCK)
+
+        offs_m = first + gl.arange(0, BM, layout=ROW)
+        qs = gl.load(QS + bh.to(gl.int64) * S + offs_m) * qk_scale
+        m_i = gl.full([BM], float("-inf"), gl.float32, ROW)
+        l_i = gl.zeros([BM], gl.float32, ROW)
+        acc = gl.zeros([BM, D], gl.float32, L)
+        zero = gl.zeros([BM, BLOCK], gl.float32, L)
+        cv = 1.0
+        mbarrier.wait(q_bar, 0)
+
+        if PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
+            mbarrier.wait(ready.index(0), 0)
+            s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            for t in range(0, n_off):
+                stage = t % STAGES
+                nxt = (t + 1) % STAGES
+                mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
+                s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
+                vsb = gl.load(VBS + kvb_off + t)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                pv = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s, pv = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, pv))
+                acc = acc * (alpha * (cv / vsb))[:, None] + pv  # `_fwd_off_tile`'s carry
+                cv = vsb
+                if t + STAGES <= n_off:  # stage t is free: both products reading it have retired
+                    _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
+                                v_smem, ready, STAGES, BLOCK)
+            stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
+        else:
+            if n_off > 0:  # tile 0's scores and softmax; its P·V is issued with tile 1's scores
+                mbarrier.wait(ready.index(0), 0)
+                s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                p, m_i, l_i, alpha_prev = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
+                vsb_prev = gl.load(VBS + kvb_off)
+                for t in range(1, n_off):
+                    stage = t % STAGES
+                    prev = (t - 1) % STAGES
+                    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+                    # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by the loop is
+                    # unpacked to a byte per register and repacked at its use (+224 SASS instructions a tile)
+                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                    s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False,
+                                      is_async=True)
+                    pv = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    kbs = gl.load(KBS + kvb_off + t)
+                    if PIPE == 1:  # the softmax of tile t runs while P·V(t - 1) is in flight
+                        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+                        p, m_new, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
+                        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                        acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv  # the carry, a tile late
+                    else:  # both products back to back on the tensor cores, then the softmax
+                        s, pv = warpgroup_mma_wait(num_outstanding=0, deps=(s, pv))
+                        acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
+                        p, m_new, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
+                    m_i = m_new
+                    cv = vsb_prev
+                    if t - 1 + STAGES <= n_off:  # stage prev is free: both products reading it have retired
+                        _issue_tile(t - 1 + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc,
+                                    k_smem, v_smem, ready, STAGES, BLOCK)
+                    alpha_prev = alpha
+                    vsb_prev = gl.load(VBS + kvb_off + t)
+                last = (n_off - 1) % STAGES
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                pv = warpgroup_mma(p8, v_smem.index(last).permute((1, 0)), zero, use_acc=False, is_async=True)
+                pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+                acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
+                cv = vsb_prev
+            stage = n_off % STAGES
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
+            s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        acc = acc * cv  # true units for the per-token diagonal product
+
+        # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i)
+        cols = diag + gl.arange(0, BLOCK, layout=COL)
+        ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
+        vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
+        s = s * (qs[:, None] * ks[None, :])
+        keep = offs_m[:, None] >= cols[None, :]
+        s = gl.where(keep, s, float("-inf"))
+        if SAFE:  # V-scale max over the keys row i sees
+            r = gl.max(gl.where(keep, vs[None, :], 0.0), 1)
+            r = gl.where(r > 0.0, r, 1.0)
+        else:  # leaky: the whole tile, future keys included
+            r = gl.zeros([BM], gl.float32, ROW) + gl.max(vs, 0)
+        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1)))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - (m_new - 8.0)[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        x = p * vs[None, :] * gl.div_rn(gl.full([BM], 1.0, gl.float32, ROW), r)[:, None]
+        x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
+        pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        acc = acc * alpha[:, None] + pv * r[:, None]
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(q_bar)
+
+        o = (acc / l_i[:, None]).to(gl.bfloat16)
+        offs_d = gl.arange(0, D, layout=COL)
+        rows = (bh.to(gl.int64) * S + offs_m.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(O + rows, o)
+        lse2 = (m_i - 8.0) + gl.log2(l_i)  # l carries P's ×256, as in the Triton kernel
+        gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
+        gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
+        if SAVE_O8:
+            o8, os = _o8_rows(o.to(gl.float32), TINY, BM, D)
+            gl.store(O8 + rows, o8)
+            gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
+
+
+def _fp8_layout(block_shape):
+    return gl.NVMMASharedLayout.get_default_for(block_shape, gl.float8e4nv)
+
+
+def descriptors(q, k, v):
+    """TMA descriptors over 2-D views: Q8 [B·Hq·S, D] in [BM, D] tiles, K8 and its token-block copy
+    [B·Hkv·S, D] in [BLOCK, D] tiles, Vᵀ and its copy [B·Hkv·D, S] in [D, BLOCK] tiles (K-major: D is
+    the P·V product's N, the keys its contraction)."""
+    d, seq = q.vals.shape[-1], q.vals.shape[-2]
+
+    def rows(t, block):
+        return TensorDescriptor.from_tensor(t.reshape(-1, d), block, _fp8_layout(block))
+
+    def cols(t):
+        return TensorDescriptor.from_tensor(t.reshape(-1, seq), [d, BLOCK], _fp8_layout([d, BLOCK]))
+
+    return (rows(q.vals, [BM, d]), rows(k.off.vals, [BLOCK, d]), cols(v.off.vals),
+            rows(k.vals, [BLOCK, d]), cols(v.vals_t))
+
+
+def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = 2, stages: int = STAGES):
+    """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
+    softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
+    waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM)."""
+    if pipe not in (0, 1, 2):
+        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2")
+    if stages not in (2, 3):
+        raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    lse2 = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
+    moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
+    o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
+    o_scale = torch.empty_like(lse2) if save_o8 else lse2
+    _fwd_gluon_kernel[(seq // BM, b * hq)](
+        *descriptors(q, k, v), q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o, o8, o_scale, lse2, moff,
+        sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards,
+        SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, num_warps=NUM_WARPS,
+    )
+    if not save_o8:
+        return o, lse2, moff, None, None
+    return o, lse2, moff, o8.view(torch.float8_e4m3fn), o_scale
