@@ -45,6 +45,7 @@ BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 NUM_WARPS = 4
+MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
 
 def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
@@ -154,7 +155,28 @@ if HAS_GLUON:
         cv = 1.0
         mbarrier.wait(q_bar, 0)
 
-        if PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
+        if PIPE == 3:  # one accumulator chained through the P·V products (`attention_fwd`'s CHAIN): no
+            # fresh [BM, D] product tile, so ~64 registers fewer and three programs per SM (maxnreg)
+            for t in range(0, n_off):
+                stage = t % STAGES
+                mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+                s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
+                vsb = gl.load(VBS + kvb_off + t)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                acc = acc * (alpha * (cv / vsb))[:, None]
+                acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                cv = vsb
+                if t + STAGES <= n_off:
+                    _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
+                                v_smem, ready, STAGES, BLOCK)
+            stage = n_off % STAGES
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
+            s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
@@ -260,6 +282,11 @@ if HAS_GLUON:
             gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
 
 
+def _registers(pipe: int) -> dict:
+    """The chained variant (pipe 3) fits 168 registers a thread: three programs of 4 warps per SM."""
+    return {"maxnreg": MAXNREG_CHAIN} if pipe == 3 else {}
+
+
 def _fp8_layout(block_shape):
     return gl.NVMMASharedLayout.get_default_for(block_shape, gl.float8e4nv)
 
@@ -284,8 +311,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM)."""
-    if pipe not in (0, 1, 2):
-        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2")
+    if pipe not in (0, 1, 2, 3):
+        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
     b, hq, seq, d = q.vals.shape
@@ -298,7 +325,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     _fwd_gluon_kernel[(seq // BM, b * hq)](
         *descriptors(q, k, v), q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o, o8, o_scale, lse2, moff,
         sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards,
-        SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, num_warps=NUM_WARPS,
+        SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, num_warps=NUM_WARPS, **_registers(pipe),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -170,9 +170,45 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 
 
+def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
+    """compile_report for the sm_90 Gluon forward (`attention_fwd_gluon`; fp8, D = 128 only): its TMA
+    descriptors are typed from empty CPU tensors of the launch's dtypes and tile shapes."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    _import_kernels()
+    from flamia_kernels import attention_fwd_gluon as G
+    from flamia_kernels.formats import FP8_TINY
+
+    stages, pipe = cfg.get("num_stages", G.STAGES), cfg.get("pipe", 2)
+    f8, seq, d = torch.float8_e4m3fn, 4 * G.BLOCK, G.BLOCK
+    tensor = lambda *shape: torch.empty(*shape, dtype=f8)  # noqa: E731
+    ops = [argparse.Namespace(vals=tensor(1, 1, seq, d)) for _ in range(2)]
+    ops[1].off = argparse.Namespace(vals=tensor(1, 1, seq, d))
+    v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
+    descs = G.descriptors(ops[0], ops[1], v)
+    names = list(inspect.signature(G._fwd_gluon_kernel.fn).parameters)
+    consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
+                  PIPE=pipe)
+    kinds = [mangle_type(x) for x in descs] + ["*fp32"] * 5 + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32",
+                                                              "i32", "i32"]
+    sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
+    compiled = triton.compile(GluonASTSource(G._fwd_gluon_kernel, sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": G.NUM_WARPS,
+                                                                         **G._registers(pipe)})
+    ptx = compiled.asm["ptx"]
+    label = f"{G.NUM_WARPS}x{stages}:gluon" + (f":pipe{pipe}" if pipe != 2 else "")
+    return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx), "shared": compiled.metadata.shared}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq"), default=["fwd", "dkdv", "dq"])
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon"), default=["fwd", "dkdv", "dq"],
+                    help="fwd_gluon: the sm_90 Gluon forward (fp8, D = 128; its configs: STAGES and :pipeN)")
     ap.add_argument("--configs", nargs="*", type=parse_config, default=[],
                     help="launch configs to add to each kernel's default, e.g. 8x2x32 8x1x16:atomic")
     ap.add_argument("--spec", default="fp8", help="an AttentionSpec preset or per-operand string")
@@ -186,7 +222,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     print(f"sm_{args.target}, spec {args.spec}, D={args.dim}, causal={not args.non_causal}, "
           f"off-diagonal copies={not args.no_off_diagonal}" + (", block-scaled QKᵀ" if args.qk_mx else ""))
-    print(f"{'kernel':6s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
+    print(f"{'kernel':9s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
             if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or kernel != "fwd" and {"BPTR", "fuse_q"} & set(cfg)
@@ -194,10 +230,18 @@ def main(argv=None) -> int:
                 continue  # a backward-only option for the forward, or the forward's for the backward
             if args.qk_mx and kernel != "fwd":
                 continue  # the block-scaled QKᵀ is the forward's
-            r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
-                               not args.leaky, args.target, args.qk_mx)
+            if cfg and (kernel == "fwd_gluon") != bool(cfg.get("gluon")):
+                continue  # the Gluon kernel's configs say :gluon, the Triton kernels' do not
+            if kernel == "fwd_gluon":
+                if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
+                                                                                                   False):
+                    ap.error("fwd_gluon: the fp8 spec, D = 128, sm_90, causal, with the off-diagonal copies only")
+                r = gluon_forward_report(cfg, not args.leaky)
+            else:
+                r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
+                                   not args.leaky, args.target, args.qk_mx)
             label = r["config"] + ("" if cfg else " (default)")
-            print(f"{kernel:6s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
+            print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
                   flush=True)
             if args.mma:
                 print("       mma: " + ", ".join(r["mma"]), flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from launch_configs import launch_overrides, load_launch  # scripts/ is this script's first sys.path entry
 
 
 def main(argv=None) -> int:
@@ -22,6 +23,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--spec", default="fp8")
     parser.add_argument("--steps", type=int, default=2, help="forward + backward passes (the first compiles)")
+    parser.add_argument("--launch", type=load_launch, default=None,
+                        help="a launch file ({\"fwd\": {...}, \"bwd\": {...}}) on top of the kernels' defaults")
     args = parser.parse_args(argv)
     try:
         batch, heads = (int(x) for x in args.batch_heads.lower().split("x"))
@@ -36,10 +39,11 @@ def main(argv=None) -> int:
     q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_(True)
-    for _ in range(args.steps):
-        out = flamia_attention(q, k, v, spec=args.spec, causal=True)
-        out.backward(do)
-        q.grad = k.grad = v.grad = None
+    with launch_overrides(args.launch):
+        for _ in range(args.steps):
+            out = flamia_attention(q, k, v, spec=args.spec, causal=True)
+            out.backward(do)
+            q.grad = k.grad = v.grad = None
     torch.cuda.synchronize()
     print(f"ran {args.steps} x fwd+bwd, spec {args.spec}, shape {shape}")
     return 0
