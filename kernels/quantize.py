@@ -6,7 +6,10 @@ for Hopper's K-major FP8 wgmma operands), token-block fp8, MXFP8 and NVFP4.
 
 Bit-exactness does not rely on the interpreter's float conversions (its fp8
 cast truncates ties) nor on GPU division `/` (approximate): every scale uses
-IEEE division (`tl.math.div_rn`), amaxes are integer maxima over the fp32 bit
+IEEE division (`tl.math.div_rn`), the fp8 quotients by a row's or block's
+shared scale `_div_by_shared` (one IEEE division per row and a correction step
+per element: div_rn's bits, proved in tests/test_quantize_division.py; NVFP4
+keeps div_rn, see `_nvfp4_kernel`), amaxes are integer maxima over the fp32 bit
 patterns (exact and NaN-propagating on every backend), and E4M3 codes come
 from `_e4m3_code`: the GPU's nearest-even saturating conversion, integer
 arithmetic under the interpreter (the same bytes). E2M1 and E8M0 codes are
@@ -123,13 +126,42 @@ if HAS_TRITON:
         code = lo + (up & (lo < 7)).to(tl.int32)
         return code | tl.where(v < 0, 8, 0)
 
+    # Division by a row's or a tile's shared scale: one IEEE division per row, rcp = RN(1/scale), and per
+    # element Markstein's correction step, q0 = RN(x·rcp), rem = RN(q0·scale - x) (exact), q = RN(q0 -
+    # rem·rcp): one FMUL and two FFMAs where `div_rn` was ~15 instructions and a call to its slow path,
+    # and two `div_rn` per element were a third of the key-side pass's instructions on sm_90.
+    # tests/test_quantize_division.py proves q = RN(x/scale) for every quotient of 2^-11 or more (all
+    # 2^23 scale mantissas) and the same E4M3 byte below, underflow and ±0 included. It needs fused
+    # multiply-adds, which the interpreter does not have (its `tl.fma` rounds twice), so the
+    # interpreter keeps `div_rn`.
+    _FUSED_FMA = tl.constexpr(not INTERPRET)
+
+    @triton.jit
+    def _div_by_shared(x, scale):
+        """x / scale for a scale shared by a row (scale [R, 1] against x [R, C]) or a tile (a scalar),
+        scale = max(amax, TINY) / 448 with |x| <= amax: the fp32 bits of tl.math.div_rn(x, scale)
+        where the quotient is 2^-11 or more, its sign and E4M3 byte (a zero) below. With amax = ±Inf
+        or NaN the quotients are IEEE's x / Inf (±0, NaN for ±Inf) or NaN, as div_rn's."""
+        if _FUSED_FMA:
+            rcp = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)  # once per row
+            # the remainder's product must stay finite for scale = Inf (rcp = 0): x / Inf = ±0
+            rem_scale = tl.where(rcp == 0.0, 0.0, scale)
+            q0 = x * rcp
+            # The negated remainder q0·scale - x keeps -0: x = -0 gives q0 = -0, rem = +0 and
+            # -0 - 0·rcp = -0, where x - q0·scale would give +0 and +0 + (-0) = +0. `* -1.0` is an exact
+            # negation (Triton's unary minus is 0 - x) the compiler folds into the FMAs' operands.
+            rem = tl.fma(q0, rem_scale, x * -1.0)
+            return tl.fma(rem, rcp * -1.0, q0)
+        else:
+            return tl.math.div_rn(x, tl.broadcast_to(scale, x.shape))
+
     @triton.jit
     def _fp8_row_codes(x, R: tl.constexpr, C: tl.constexpr, TINY: tl.constexpr):
         """Per-row fp8 of an fp32 [R, C] tile, as formats.quantize_fp8_per_token: (E4M3 codes int32
         [R, C], scale [R]). The amax is an integer max over the bit patterns and the clamp keeps NaN."""
         amax = tl.max(_abs_bits(x), axis=1).to(tl.float32, bitcast=True)
         scale = tl.math.div_rn(_clamp_tiny(amax, TINY), tl.full((R,), 448.0, tl.float32))
-        return _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale[:, None], (R, C)))), scale
+        return _e4m3_code(_div_by_shared(x, scale[:, None])), scale
 
     @triton.jit
     def _fp8_tokens_kernel(
@@ -149,7 +181,7 @@ if HAS_TRITON:
             amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
             scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
             tl.store(Scale + bh * tl.cdiv(S, BLOCK_S) + pid_s, scale)
-            code = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D))))
+            code = _e4m3_code(_div_by_shared(x, scale))
         else:
             code, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
             tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
@@ -180,7 +212,7 @@ if HAS_TRITON:
         amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
         scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, scale)
-        out = _e4m3_code(tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK_S, BLOCK_D)))).to(tl.uint8)
+        out = _e4m3_code(_div_by_shared(x, scale)).to(tl.uint8)
         tl.store(Y8 + offs, out, mask=mask)
 
     @triton.jit
@@ -202,7 +234,7 @@ if HAS_TRITON:
         bamax = tl.max(tl.max(_abs_bits(xt), axis=1), axis=0).to(tl.float32, bitcast=True)
         bscale = tl.math.div_rn(_clamp_tiny(bamax, TINY), 448.0)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
-        bbyte = _e4m3_code(tl.math.div_rn(xt, tl.broadcast_to(bscale, (BLOCK_S, BLOCK_D))))
+        bbyte = _e4m3_code(_div_by_shared(xt, bscale))
         if TRANSPOSED:
             offs = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
             tmask = offs_d[:, None] < D
@@ -291,6 +323,9 @@ if HAS_TRITON:
         denom = _e4m3_to_f32(bs_byte) * glob2
         zero = denom[:, :, None] == 0  # zero block scale: zero elements (and no 0/0)
         denom3 = tl.broadcast_to(tl.where(zero, 1.0, denom[:, :, None]), (BLOCK_R, NB_P2, HALF))
+        # div_rn, not `_div_by_shared`: the E2M1 sign bit is set for v < 0, so a quotient that underflows
+        # to -0 (code 0) and one that stays a negative subnormal (code 8) differ, below where the shared
+        # division is proved; and a caller's global scale can make denom subnormal or huge.
         v_even = tl.where(zero, 0.0, tl.math.div_rn(x_even, denom3))
         v_odd = tl.where(zero, 0.0, tl.math.div_rn(x_odd, denom3))
         u_even = 0.0
@@ -529,9 +564,10 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
         _fp8_key_side_kernel[(bh, seq // block)](
             x, x8.view(torch.uint8), scale, xb8.view(torch.uint8), bscale, seq, dim,
             TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
-            # 16 warps on the GPU: the pass is bound by its per-element instructions (two IEEE divisions
-            # and two E4M3 conversions), which more threads per tile spread (scripts/bench_prepass.py,
-            # H200, S = 8k, B×H = 64: K 0.263 -> 0.206 ms, Vᵀ 0.283 -> 0.228 ms against 8 warps, same bytes)
+            # 16 warps on the GPU: the pass is bound by its per-element instructions, which more threads
+            # per tile spread (scripts/bench_prepass.py, H200, S = 8k, B×H = 64: K 0.263 -> 0.206 ms, Vᵀ
+            # 0.283 -> 0.228 ms against 8 warps with two div_rn per element; with `_div_by_shared` K
+            # 0.154 ms, Vᵀ 0.168 ms at 16 warps, 0.159 / 0.181 at 8, 0.144 / 0.166 at 32, same bytes)
             num_warps=launch.get("num_warps") or (4 if INTERPRET else 16),
         )
     return x8, scale, xb8, bscale
