@@ -286,7 +286,10 @@ def launch_config(d: int, emulated: bool) -> dict:
     program), so one program's softmax runs beside the other's products: 1.949 → 1.787 ms at S = 8k,
     B×H = 64 on the H200 (9d391e3; 4 warps × 2 stages: 1.927). Every other case keeps 128×128 tiles,
     8 warps, 3 stages (FLAMIA.md); the emulated formats hold wider register tiles, so they pipeline
-    one stage less. Benchmark
+    one stage less. Where the sm_90 Gluon kernel applies (`attention_fwd_gluon.eligible`: causal fp8
+    with the token-block copies, no document masking) the fast path runs it instead ("gluon"; its
+    chained variant, three programs per SM: 1.677 against 1.745 ms at S = 8k and 3.059 against 3.253 ms at
+    16k on the H200, 6e55fff), bit-identical to this kernel's CHAIN launch. Benchmark
     options on top: CHAIN (one accumulator chained through the P·V products), BPTR (the
     off-diagonal K and Vᵀ tiles through block pointers: on the H200 at S = 8k it timed the same,
     1.932 ms against 1.935, bit-identical, so it stays an option; compiled for sm_90 with the JIT's
@@ -295,7 +298,7 @@ def launch_config(d: int, emulated: bool) -> dict:
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1}
     if d == 128 and not emulated:  # the fp8 fast path: programs of 64 rows, two or more per SM
-        return {"num_warps": 4, "num_stages": 3, "bm": 64}
+        return {"num_warps": 4, "num_stages": 3, "bm": 64, "gluon": True}
     return {"num_warps": 8, "num_stages": 2 if emulated else 3}
 
 
@@ -308,8 +311,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     off the diagonal, or None (the per-token operand on every tile).
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
     config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), "gluon"
-    (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and num_stages;
-    elsewhere this Triton kernel), and "bm"
+    (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and "gluon_stages",
+    by default its chained variant; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
     (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
     registers and lets two programs share an SM, one's softmax running beside the other's products;
     every row's arithmetic is the same, only the programs' row blocking changes).
@@ -346,10 +349,10 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
-    gluon, pipe = config.pop("gluon", False), config.pop("pipe", 2)
+    gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
+    gluon_stages = config.pop("gluon_stages", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
-        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe,
-                                           stages=config.get("num_stages", attention_fwd_gluon.STAGES))
+        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

@@ -44,6 +44,13 @@ if HAS_TRITON and not INTERPRET:
 BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
+PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
+
+
+def default_stages(pipe: int) -> int:
+    """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
+    holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
+    return 2 if pipe == 3 else STAGES
 NUM_WARPS = 4
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
@@ -83,11 +90,23 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
 
     @gluon.jit
+    def _row_max(s):
+        """gl.max(s, 1) as a tree of halves: the exponentials wait on the row max, and a reduction in
+        register order is a chain of C/4 dependent FMNMX per thread (sm_90 SASS), the halves' depth
+        is log2 of that. The same instructions, and the same value (a max is exact in any order)."""
+        R: gl.constexpr = s.shape[0]
+        C: gl.constexpr = s.shape[1]
+        x = s
+        for i in gl.static_range(4):  # the column bits a thread holds in registers (NVMMA layout)
+            x = gl.max(gl.reshape(x, [R, 2, C // (2 << i)]), 1)
+        return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
+
+    @gluon.jit
     def _off_softmax(s, qs, m_i, l_i, kbs):
         """`attention_fwd._fwd_off_tile`'s softmax (K_OFF): one K scale per tile, c = s_q·c·s_kb per
         row, the integer row max, p = exp2(s·c - M + 8) (P's ×256). Returns (p, m, l, alpha)."""
         c = qs * kbs
-        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1) * c))
+        m_new = gl.maximum(m_i, gl.ceil(_row_max(s) * c))
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(s * c[:, None] - (m_new - 8.0)[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
@@ -307,12 +326,13 @@ def descriptors(q, k, v):
             rows(k.vals, [BLOCK, d]), cols(v.vals_t))
 
 
-def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = 2, stages: int = STAGES):
+def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
+    stages = default_stages(pipe) if stages is None else stages
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
     b, hq, seq, d = q.vals.shape

@@ -183,7 +183,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     from flamia_kernels import attention_fwd_gluon as G
     from flamia_kernels.formats import FP8_TINY
 
-    stages, pipe = cfg.get("num_stages", G.STAGES), cfg.get("pipe", 2)
+    pipe = cfg.get("pipe", G.PIPE)
+    stages = cfg.get("gluon_stages") or G.default_stages(pipe)
     f8, seq, d = torch.float8_e4m3fn, 4 * G.BLOCK, G.BLOCK
     tensor = lambda *shape: torch.empty(*shape, dtype=f8)  # noqa: E731
     ops = [argparse.Namespace(vals=tensor(1, 1, seq, d)) for _ in range(2)]
@@ -201,14 +202,15 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": G.NUM_WARPS,
                                                                          **G._registers(pipe)})
     ptx = compiled.asm["ptx"]
-    label = f"{G.NUM_WARPS}x{stages}:gluon" + (f":pipe{pipe}" if pipe != 2 else "")
+    label = f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx), "shared": compiled.metadata.shared}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon"), default=["fwd", "dkdv", "dq"],
-                    help="fwd_gluon: the sm_90 Gluon forward (fp8, D = 128; its configs: STAGES and :pipeN)")
+                    help="fwd_gluon: the sm_90 Gluon forward (fp8, D = 128; its configs :gluon[:chain|:pipeN], its "
+                         "stages follow the variant)")
     ap.add_argument("--configs", nargs="*", type=parse_config, default=[],
                     help="launch configs to add to each kernel's default, e.g. 8x2x32 8x1x16:atomic")
     ap.add_argument("--spec", default="fp8", help="an AttentionSpec preset or per-operand string")

@@ -39,6 +39,14 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+def _triton_forward(emulated: bool = False) -> dict:
+    """The forward's default launch on the Triton kernel (the fast path's default is the sm_90 Gluon
+    kernel, attention_fwd_gluon): what the Triton kernel's launch options are compared with."""
+    from flamia_kernels import attention_fwd
+
+    return {**attention_fwd.launch_config(128, emulated), "gluon": False}
+
+
 def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
 
@@ -140,7 +148,7 @@ def test_gpu_forward_block_pointer_option_is_bit_identical(spec):
     spec = AttentionSpec.parse(spec)
     q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=7)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
-    base = attention_fwd.launch_config(128, spec.emulated)
+    base = _triton_forward(spec.emulated)
     plain = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=base)
     bptr = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True,
                                  config={**base, "BPTR": True})
@@ -233,7 +241,8 @@ def test_gpu_forward_launch_variants_match_the_default(variant, causal):
     spec = AttentionSpec.parse("fp8")
     q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=15)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
-    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True)
+    base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
+                                 config=_triton_forward())
     got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
                                 config=FORWARD_VARIANTS[variant])
     bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
@@ -255,7 +264,7 @@ def test_gpu_fused_q_matches_the_prepass(bm):
     spec = AttentionSpec.parse("fp8")
     q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=19)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
-    cfg = {**attention_fwd.launch_config(128, False), "bm": bm}
+    cfg = {**_triton_forward(), "bm": bm}  # fused Q runs on the Triton kernel only
     want = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=cfg)
     fused_q = attention_fwd.fused_q_operand(q)
     got = attention_fwd.forward(fused_q, ops.k, ops.v, spec, True, True, 128 ** -0.5, 128, True, config=cfg,
@@ -308,7 +317,7 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     assert attention_fwd_gluon.eligible(ops.q, ops.k, ops.v, spec, True, None, None, False) is None
     chain = {"CHAIN": True} if GLUON_VARIANTS[variant]["pipe"] == 3 else {}
     base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, safeguards, 128 ** -0.5, 128, True,
-                                 config={**attention_fwd.launch_config(128, False), **chain})
+                                 config={**_triton_forward(), **chain})
     got = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True,
                                       pipe=GLUON_VARIANTS[variant]["pipe"],
                                       stages=GLUON_VARIANTS[variant]["num_stages"])
@@ -326,8 +335,9 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
 
 
 def test_gpu_gluon_forward_through_the_launch_option():
-    """config {"gluon": True} routes an eligible forward to the Gluon kernel (and an ineligible one,
-    non-causal, to the Triton kernel): flamia_attention's O under the option matches the default."""
+    """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
+    chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one
+    (non-causal) to the Triton kernel."""
     from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
@@ -340,10 +350,11 @@ def test_gpu_gluon_forward_through_the_launch_option():
     attention_fwd_gluon.forward = lambda *a, **kw: calls.append(1) or original(*a, **kw)
     try:
         for causal in (True, False):
-            cfg = {**attention_fwd.launch_config(128, False), "gluon": True}
-            got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
-            base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True)
-            assert _rel(got[0], base[0]) <= 1e-5, causal
+            assert attention_fwd.launch_config(128, False)["gluon"] is True
+            got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True)
+            base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
+                                         config={**_triton_forward(), "CHAIN": causal})
+            assert all(torch.equal(a, b) for a, b in zip(got, base, strict=True)), causal
     finally:
         attention_fwd_gluon.forward = original
     assert calls == [1]  # the causal call only

@@ -216,17 +216,20 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pipe", [3, 2])
 @pytest.mark.parametrize("spec", ["fp8", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
-def test_prefix_gpu_gluon_forward(spec, monkeypatch):
+def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
     """test_prefix_gpu's Triton half with the forward on the sm_90 Gluon kernel (launch option
-    "gluon"; GPU only: Gluon has no interpreter), at D = 128, the only head dim it takes. A spy
+    "gluon", the fp8 fast path's default; its chained and fresh-product variants; GPU only: Gluon has
+    no interpreter), at D = 128, the only head dim it takes. A spy
     checks that the Gluon kernel ran."""
     from flamia_kernels import attention_fwd, attention_fwd_gluon
 
     monkeypatch.setitem(globals(), "DIM", 128)
 
     fwd, gluon_forward, calls = attention_fwd.launch_config, attention_fwd_gluon.forward, []
-    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
+    monkeypatch.setattr(attention_fwd, "launch_config",
+                        lambda d, emulated: {**fwd(d, emulated), "gluon": True, "pipe": pipe})
     monkeypatch.setattr(attention_fwd_gluon, "forward", lambda *a, **kw: calls.append(1) or gluon_forward(*a, **kw))
     seq = 8 * SEQ_BLOCK
     ts = _t_values(17, seq)
