@@ -7,7 +7,8 @@ the kernels divide once per row, rcp = RN(1/s), and per element
 
 The interpreter's `tl.fma` rounds twice (NumPy has no FMA), so under it the kernels keep `div_rn`:
 the CPU tests here check the recipe itself in PyTorch, with an exact fp32 FMA (`fma32`); the GPU
-tests run the Triton helper against `tl.math.div_rn` in one kernel.
+tests run the Triton helper against `tl.math.div_rn` in one kernel, on all 2^46 mantissa pairs too
+(`-m gpu --runslow`).
 
 Why q = RN(x/s) (Markstein's correction step), the proof these tests check step by step:
 
@@ -333,6 +334,22 @@ if Q.HAS_TRITON:
         tl.store(Fast + offs, Q._div_by_shared(x, scale).to(tl.int32, bitcast=True))
         tl.store(Ieee + offs, tl.math.div_rn(x, scale).to(tl.int32, bitcast=True))
 
+    @triton.jit
+    def _every_pair_kernel(Bad, B0, NAIVE: tl.constexpr, BLOCK: tl.constexpr):
+        """One program: scale = 1 + (B0 + pid)·2^-23 against every x = 1 + k·2^-23; the count of
+        quotients whose bits differ from div_rn's (NAIVE: x·rcp without the correction)."""
+        scale = ((127 << 23) | (B0 + tl.program_id(0))).to(tl.float32, bitcast=True)
+        bad = tl.zeros((BLOCK,), tl.int32)
+        for start in range(0, 1 << 23, BLOCK):
+            x = ((127 << 23) | (start + tl.arange(0, BLOCK))).to(tl.float32, bitcast=True)
+            if NAIVE:
+                fast = x * tl.math.div_rn(1.0, scale)
+            else:
+                fast = Q._div_by_shared(x, scale)
+            ieee = tl.math.div_rn(x, tl.broadcast_to(scale, (BLOCK,)))
+            bad += (fast.to(tl.int32, bitcast=True) != ieee.to(tl.int32, bitcast=True)).to(tl.int32)
+        tl.store(Bad + tl.program_id(0), tl.sum(bad))
+
 
 def _gpu_fast_and_ieee(x: torch.Tensor, scale: torch.Tensor):
     """Bits of both quotients on CUDA; scale broadcasts against x (as a row's scale does)."""
@@ -381,3 +398,18 @@ def test_gpu_div_by_shared_equals_div_rn_next_to_midpoints():
     x, s = x * torch.exp2(e_s + e_q), s * torch.exp2(e_s)
     n = len(x) // 1024 * 1024
     _assert_same(*_gpu_fast_and_ieee(x[:n], s[:n]))
+
+
+def _count_bad_pairs(b0: int, count: int, naive: bool = False) -> int:
+    bad = torch.zeros(count, dtype=torch.int32, device="cuda")
+    _every_pair_kernel[(count,)](bad, b0, NAIVE=naive, BLOCK=2048, num_warps=8)
+    return bad.sum().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_div_by_shared_on_every_mantissa_pair():
+    """Steps 2-3 by brute force on the hardware: all 2^46 pairs of fp32 mantissas (~50 s on the H200)."""
+    assert _count_bad_pairs(12345, 64, naive=True) > 0  # the count sees a wrong last bit
+    for b0 in range(0, TWO23, 1 << 16):
+        assert _count_bad_pairs(b0, 1 << 16) == 0, b0
