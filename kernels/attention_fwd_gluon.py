@@ -115,13 +115,19 @@ if HAS_GLUON:
     @gluon.jit
     def _o8_rows(o, TINY: gl.constexpr, R: gl.constexpr, C: gl.constexpr):
         """Per-row fp8 of O as `quantize._fp8_row_codes` on the GPU: (bytes uint8, scale). amax is an
-        integer max over the fp32 bit patterns (keeps NaN), the scale and quotient IEEE divisions, the
-        E4M3 code the hardware's nearest-even saturating conversion with NaN as 0x7F | sign."""
+        integer max over the fp32 bit patterns (keeps NaN), the scale an IEEE division, the quotients
+        `quantize._div_by_shared`'s (one IEEE reciprocal per row and Markstein's correction: div_rn's
+        E4M3 bytes, tests/test_quantize_division.py), the E4M3 code the hardware's nearest-even
+        saturating conversion with NaN as 0x7F | sign."""
         bits = o.to(gl.int32, bitcast=True)
         amax = gl.max(bits & 0x7FFFFFFF, 1).to(gl.float32, bitcast=True)
         amax = gl.where(amax < TINY, TINY, amax)
         scale = gl.div_rn(amax, gl.full(amax.shape, 448.0, gl.float32, amax.type.layout))
-        v = gl.div_rn(o, gl.broadcast(scale[:, None], o)[0])
+        rcp = gl.div_rn(gl.full(amax.shape, 1.0, gl.float32, amax.type.layout), scale)
+        rem_scale = gl.where(rcp == 0.0, 0.0, scale)  # x / Inf = ±0 (see `_div_by_shared`)
+        q0 = o * rcp[:, None]
+        rem = gl.fma(q0, gl.broadcast(rem_scale[:, None], o)[0], o * -1.0)  # negated: keeps -0
+        v = gl.fma(rem, gl.broadcast((rcp * -1.0)[:, None], o)[0], q0)
         byte = v.to(gl.float8e4nv).to(gl.uint8, bitcast=True).to(gl.int32)
         sign = (v.to(gl.int32, bitcast=True) >> 24) & 0x80
         byte = gl.where(v != v, 0x7F | sign, byte)
