@@ -186,6 +186,41 @@ def test_triton_non_finite_groups_match_formats(fmt):
     assert torch.equal(ref[finite], got[finite])
 
 
+def _key_side_values(out, transposed: bool):
+    """fp32 [..., S, D] of the key side's per-token bytes and of its block-64 copy."""
+    x8, scale, xb8, bscale = out
+    if transposed:
+        x8, xb8 = x8.mT, xb8.mT
+    return F.dequantize_fp8(x8, scale[..., None]), F.dequantize_fp8_token_blocks(xb8, bscale[..., None, None])
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_key_side_non_finite_tiles(device, transposed):
+    """The key-side kernel skips the E4M3 NaN fix on tiles without NaN or ±Inf: tiles holding one take
+    the fixing branch, their neighbours the finite one; both agree with `formats` (NaN where it has
+    NaN, the same values elsewhere), and the finite tiles' bytes and scales are bit-identical."""
+    x = make_input("normal", (2, 3, 256, 64), "fp8_key_side", seed=41)  # 4 blocks of 64 tokens
+    x[0, 1, 5, 7] = float("nan")
+    x[1, 2, 70, 40] = float("inf")
+    x[1, 0, 255, 0] = -float("inf")
+    ref = _key_side(F, x, transposed)
+    got = tuple(o.cpu() for o in _key_side(Q, x.to(device), transposed))
+    for r, g in zip(_key_side_values(ref, transposed), _key_side_values(got, transposed), strict=True):
+        assert torch.equal(r.isnan(), g.isnan()) and r.isnan().sum() >= 3 * 64
+        assert torch.equal(r[~r.isnan()], g[~r.isnan()])
+    blocks = x.unflatten(-2, (4, 64)).isfinite().flatten(-2).all(-1)  # (2, 3, 4): tiles without NaN/Inf
+    assert 0 < blocks.sum() < blocks.numel()
+    for r, g in zip(ref, got, strict=True):
+        if r.shape == blocks.shape:  # the block scales
+            r, g = r[blocks], g[blocks]
+        else:  # bytes [..., S, D] (or [..., D, S]) and per-token scales [..., S], token by token
+            tokens = blocks.repeat_interleave(64, dim=-1)
+            r, g = (t.mT[tokens] if t.dim() == 4 and transposed else t[tokens] for t in (r, g))
+        assert_same_bits((r,), (g,))
+
+
 def test_non_power_of_two_token_block_falls_back_with_same_bits():
     x = torch.randn(2, 192, 64, generator=_gen(4))
     assert_same_bits(F.quantize_fp8_token_blocks(x, 48), Q.quantize_fp8_token_blocks(x, 48))
