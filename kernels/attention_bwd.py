@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import torch
 
+from . import attention_bwd_gluon
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible
 from .attention_quant import fmt_code, p_global_value
@@ -382,6 +383,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     `document.doc_tables(doc_ids)` as the forward got it. "pre" (the fp8 fast path's default): the
     kernels read `attention_bwd_copies` instead of converting per tile; bit-identical to pre=False.
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
+    "gluon" (benchmark option): the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the
+    fast path's launch), with "stats_tma" (the per-query vectors through its TMA stages).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -395,6 +398,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
     dp_early = config.pop("dp_early", True)
+    gluon, stats_tma = config.pop("gluon", False), config.pop("stats_tma", False)
     if pre and not pre_eligible(q, k, v, do, spec):
         raise ValueError(f"backward config pre=True needs fp8 Q, K, V and dO with pv=fp8 and ds=bf16, the spec is "
                          f"{spec}; use pre=False")
@@ -443,7 +447,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
     else:
         qb = dob = kbf = kbbf = vr = vbr = moff  # unread without PRE
-    if which != "dq" or fuse:
+    on_gluon = gluon and attention_bwd_gluon.eligible(
+        q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
+    if on_gluon and which != "dq":
+        dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), r_diag,
+                                          r_tile, safeguards, sm_scale, stats_tma)
+    elif which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, *scalars, BN=bn, BM=sub,
                                            PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
                                            R_PRE=bn != block, PRE=pre, DP_EARLY=dp_early, **common, **config)

@@ -240,6 +240,27 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
     assert calls, "the Gluon forward never ran"
 
 
+@pytest.mark.gpu
+def test_prefix_gpu_gluon_backward(monkeypatch):
+    """test_prefix_gpu's Triton half with the dK/dV kernel on the sm_90 Gluon kernel (launch option
+    "gluon" of the backward) and the forward on the Gluon forward, at D = 128. A spy checks it ran."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_fwd
+
+    fwd, bwd, dkdv, calls = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dkdv, []
+    monkeypatch.setitem(globals(), "DIM", 128)
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
+    monkeypatch.setattr(attention_bwd, "launch_config",
+                        lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "gluon": True})
+    monkeypatch.setattr(attention_bwd_gluon, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run("triton", "fp8", True, ts, seed=27, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", "fp8", False, ts, seed=28, seq=seq, device="cuda")
+    _assert_each_test_catches_every_leak(outs, pairs)
+    assert calls, "the Gluon dK/dV kernel never ran"
+
+
 def test_prefix_forward_bf16():
     """The bf16 preset (SDPA) passes test 2 as well."""
     gen = torch.Generator().manual_seed(3)

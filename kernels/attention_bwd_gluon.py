@@ -1,0 +1,328 @@
+"""FLAMIA dK/dV kernel for sm_90 in Gluon: the fp8 fast path's backward with its products in flight.
+
+The Triton dK/dV kernel (`attention_bwd._dkdv_kernel`, fast-path launch: 64 keys and 4 warps per
+program, 32-query sub-tiles, `pre` copies) waits for the S and dP products of a sub-tile as soon as
+it issues them. Here each off-diagonal sub-tile j runs
+
+    issue Sᵀ(j + 1) = K·Q(j + 1)ᵀ and dPᵀ(j + 1) = V·dO(j + 1)ᵀ      (async, FP8)
+    the elementwise work of sub-tile j                                (P, dS; on the CUDA cores)
+    issue dV += Pᵀ(j)·dOb(j) and dK += dSᵀ(j)·Qb(j)                   (async, bf16, chained)
+    wait for Sᵀ(j + 1), dPᵀ(j + 1) only (dV, dK of j stay in flight)
+
+with every operand in shared memory (TMA, a ring of stages; K and V rows from `attention_bwd_copies`),
+so no register holds a K or V copy. The arithmetic is `_kv_tile`'s for the fast path, operation for
+operation (the diagonal sub-tiles with V's per-token scale folded into P and the fold's row factor
+precomputed, `_fold_rows`; the off-diagonal ones on the token-block copies), and the MMA shapes are
+the same, so dK and dV match the Triton kernel (the GPU tests compare them).
+
+Scope (`eligible`): CUDA sm_90, the fast path's `pre` launch (64 keys, sub-tiles of 32, D = 128, fp8
+Q / K / V / dO with P fp8 and dS bf16, the token-block copies), causal, no document masking, dQ by its
+own kernel. Gluon has no interpreter: on the CPU it is compiled for sm_90 only.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._triton_env import HAS_TRITON, INTERPRET
+
+HAS_GLUON = False
+if HAS_TRITON and not INTERPRET:
+    try:
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia.hopper import (
+            fence_async_shared,
+            mbarrier,
+            tma,
+            warpgroup_mma,
+            warpgroup_mma_wait,
+        )
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        HAS_GLUON = True
+    except ImportError:  # a Triton without Gluon's Hopper module: the Triton kernel runs
+        HAS_GLUON = False
+
+BN = 64  # keys per program: one warpgroup's wgmma M
+BM = 32  # queries per sub-tile
+TB = 128  # the forward's key tile (token block)
+STAGES = 3  # sub-tiles in flight: 3 × 24 KB + K, V and the diagonal's dO tile, two programs per SM
+NUM_WARPS = 4
+
+
+def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
+    """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
+    if not HAS_GLUON:
+        return "Triton without Gluon's Hopper module (or the interpreter)"
+    if not q.vals.is_cuda or torch.cuda.get_device_capability(q.vals.device) != (9, 0):
+        return "not an sm_90 GPU"
+    if not cfg.get("pre") or cfg.get("bn") != BN or cfg.get("sub") != BM or cfg.get("dq") != "kernel":
+        return "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)"
+    if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
+        return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
+    if not causal or doc is not None:
+        return "causal, without document masking, only"
+    return None
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _stage_vector(smem, stage, S_L: gl.constexpr):
+        """One per-query vector [BM] of a stage ([1, BM] in shared memory), in the score tile's column
+        layout: loaded in that tile's layout (one row of it) and its unit dimension dropped."""
+        x = smem.index(stage).load(S_L)
+        return gl.convert_layout(gl.reshape(x, [x.shape[1]]), gl.SliceLayout(0, S_L))
+
+    @gluon.jit
+    def _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr,
+                     S_L: gl.constexpr, STATS_TMA: gl.constexpr):
+        """Per query of the sub-tile (`row_stats`): s_q, M, 1/l, delta, s_dO. STATS_TMA: read from the
+        stage's shared memory (they arrive with its TMA: no global load in the loop, but five more
+        copies per sub-tile), else loaded from global memory here."""
+        if STATS_TMA:
+            qs_s, lse_s, moff_s, delta_s, dos_s = vec_s
+            lse2 = _stage_vector(lse_s, stage, S_L)
+            moff = _stage_vector(moff_s, stage, S_L)
+            qs = _stage_vector(qs_s, stage, S_L)
+            delta = _stage_vector(delta_s, stage, S_L)
+            sdo = _stage_vector(dos_s, stage, S_L)
+        else:
+            offs = bh.to(gl.int64) * S + start_m + gl.arange(0, BM, layout=gl.SliceLayout(0, S_L))
+            lse2 = gl.load(LSE2 + offs)
+            moff = gl.load(MOFF + offs)
+            qs = gl.load(QS + offs)
+            delta = gl.load(DELTA + offs)
+            sdo = gl.load(DOS + offs)
+        m = gl.floor(lse2) - moff.to(gl.float32)
+        linv = gl.exp2(m - lse2)
+        return qs, m, linv, delta, sdo
+
+    @gluon.jit
+    def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
+        """dSᵀ in bf16, `_kv_tile`'s expression: (p / l)(dP - delta), times s_q (dK's partner fold)."""
+        dpt = dpt * (sv * sdo[None, :])
+        dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+        return (dst * qs[None, :]).to(gl.bfloat16)
+
+    @gluon.jit
+    def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
+                        WITH_DOB: gl.constexpr, S, STATS_TMA: gl.constexpr):
+        """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
+        Q8, dO8, QB, (WITH_DOB) DOB tiles and the rows' s_q, lse2, M offset, delta, s_dO."""
+        q_desc, do_desc, qb_desc, dob_desc, qs_desc, lse_desc, moff_desc, delta_desc, dos_desc = descs
+        q_s, do_s, qb_s, dob_s, qs_s, lse_s, moff_s, delta_s, dos_s = smems
+        stage = (c + j) % STAGES
+        bar = ready.index(stage)
+        row = bh * S + lo + j * BM
+        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes
+                                + (dob_desc.block_type.nbytes if WITH_DOB else 0)
+                                + ((4 * qs_desc.block_type.nbytes + moff_desc.block_type.nbytes) if STATS_TMA else 0))
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
+        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        if WITH_DOB:
+            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
+        if STATS_TMA:
+            vec = row // BM  # the per-query vectors as [rows / BM, BM]
+            tma.async_copy_global_to_shared(qs_desc, [vec, 0], bar, qs_s.index(stage))
+            tma.async_copy_global_to_shared(lse_desc, [vec, 0], bar, lse_s.index(stage))
+            tma.async_copy_global_to_shared(moff_desc, [vec, 0], bar, moff_s.index(stage))
+            tma.async_copy_global_to_shared(delta_desc, [vec, 0], bar, delta_s.index(stage))
+            tma.async_copy_global_to_shared(dos_desc, [vec, 0], bar, dos_s.index(stage))
+
+    @gluon.jit
+    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, qs_desc,
+                           lse_desc, moff_desc, delta_desc, dos_desc, QS, LSE2, MOFF, DELTA, DOS, KS, KBS, VS, VBS,
+                           RD, RB, DK, DV, qk_scale, sm_scale, S, G,
+                           D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
+                           STAGES: gl.constexpr, SAFE: gl.constexpr, STATS_TMA: gl.constexpr):
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        KEY: gl.constexpr = gl.SliceLayout(1, S_L)
+        QRY: gl.constexpr = gl.SliceLayout(0, S_L)
+        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # the diagonal's dO rows
+
+        pid_n = gl.program_id(0)
+        bhk = gl.program_id(1)
+        first = pid_n * BN
+        t = first // TB
+        rb = bhk.to(gl.int64) * (S // TB) + t
+        offs_n = first + gl.arange(0, BN, layout=KEY)
+        kv_offs = bhk.to(gl.int64) * S + offs_n
+
+        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+        v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
+        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
+        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
+        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
+        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
+        qs_s = gl.allocate_shared_memory(qs_desc.dtype, [STAGES, 1, BM], qs_desc.layout)
+        lse_s = gl.allocate_shared_memory(lse_desc.dtype, [STAGES, 1, BM], lse_desc.layout)
+        moff_s = gl.allocate_shared_memory(moff_desc.dtype, [STAGES, 1, BM], moff_desc.layout)
+        delta_s = gl.allocate_shared_memory(delta_desc.dtype, [STAGES, 1, BM], delta_desc.layout)
+        dos_s = gl.allocate_shared_memory(dos_desc.dtype, [STAGES, 1, BM], dos_desc.layout)
+        descs = (q_desc, do_desc, qb_desc, dob_desc, qs_desc, lse_desc, moff_desc, delta_desc, dos_desc)
+        smems = (q_s, do_s, qb_s, dob_s, qs_s, lse_s, moff_s, delta_s, dos_s)
+        vec_s = (qs_s, lse_s, moff_s, delta_s, dos_s)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(kv_bar, count=1)
+
+        # the diagonal: per-token K and V rows, queries of tile t from this program's first key
+        mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_bar, k_s)
+        tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_bar, v_s)
+        ks = gl.load(KS + kv_offs)
+        vs = gl.load(VS + kv_offs)
+        dk = gl.zeros([BN, D], gl.float32, O_L)
+        dv = gl.zeros([BN, D], gl.float32, O_L)
+        zero = gl.zeros([BN, BM], gl.float32, S_L)
+        mbarrier.wait(kv_bar, 0)
+        c = 0  # sub-tiles through the ring so far: stage and phase of the next one
+        n_diag = ((t + 1) * TB - first) // BM
+        for g in range(G):
+            bh = bhk * G + g
+            for j in range(n_diag):
+                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_TMA)
+                stage = c % STAGES
+                start_m = first + j * BM
+                offs_m = start_m + gl.arange(0, BM, layout=QRY)
+                if SAFE:  # the fold's row factor: max of s_v over the tile's keys j <= i
+                    r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
+                else:  # leaky: the whole tile
+                    r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S,
+                                                       BM, S_L, STATS_TMA)
+                st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+                st = st * (ks[:, None] * (qs * qk_scale)[None, :])
+                keep = offs_n[:, None] <= offs_m[None, :]
+                st = gl.where(keep, st, float("-inf"))
+                pt = gl.exp2(st - (m - 8.0)[None, :])
+                xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
+                pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
+                w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
+                do_rows = do_s.index(stage).load(BLK).to(gl.float32)
+                dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
+                fence_async_shared()
+                gl.thread_barrier()
+                ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
+                dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
+                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                c += 1
+        # the diagonal's V fold undone (off it, P carries no V scale)
+        dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
+
+        # off the diagonal: the token-block copies (every product on K and V has retired)
+        mbarrier.expect(kv_bar, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_bar, k_s)
+        tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_bar, v_s)
+        kbs = gl.load(KBS + rb)
+        vbs = gl.load(VBS + rb)
+        mbarrier.wait(kv_bar, 1)
+        lo = (t + 1) * TB
+        n_off = (S - lo) // BM
+        for g in range(G):
+            bh = bhk * G + g
+            if n_off > 0:
+                for i in gl.static_range(STAGES):
+                    if i < n_off:
+                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_TMA)
+                stage = c % STAGES
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+                for j in range(0, n_off - 1):
+                    stage = (c + j) % STAGES
+                    nxt = (c + j + 1) % STAGES
+                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
+                    st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
+                                                           BM, S_L, STATS_TMA)
+                    st = st * (kbs * (qs * qk_scale))[None, :]
+                    pt = gl.exp2(st - (m - 8.0)[None, :])
+                    pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                    ds = gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+                    dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                    dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                    # everything retires here: an accumulator still in flight across the loop's back edge
+                    # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
+                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
+                    if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
+                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_TMA)
+                j = n_off - 1
+                stage = (c + j) % STAGES
+                qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
+                                                       BM, S_L, STATS_TMA)
+                st = st * (kbs * (qs * qk_scale))[None, :]
+                pt = gl.exp2(st - (m - 8.0)[None, :])
+                pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                ds = gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+                dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                c += n_off
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(kv_bar)
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(DV + rows, dv.to(gl.bfloat16))
+        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+
+
+def _layout(block, dtype):
+    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+
+
+def descriptors(q, k, do, qb, dob, vr, vbr, lse2, moff, delta):
+    """TMA descriptors over 2-D row views ([rows, D]): the query side in [BM, D] sub-tiles (Q8, dO8 and
+    the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
+    copy's rows, `attention_bwd_copies`), and the per-query vectors (s_q, lse2, M offset, delta, s_dO)
+    as [rows / BM, BM] in [1, BM] pieces, one per sub-tile."""
+    d = q.vals.shape[-1]
+
+    def desc(t, rows, dtype):
+        return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
+
+    def vec(t, dtype):
+        return TensorDescriptor.from_tensor(t.reshape(-1, BM), [1, BM], _layout([1, BM], dtype))
+
+    f8, bf, f32 = gl.float8e4nv, gl.bfloat16, gl.float32
+    return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
+            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8),
+            vec(q.scale, f32), vec(lse2, f32), vec(moff, gl.int8), vec(delta, f32), vec(do.scale, f32))
+
+
+def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float,
+         stats_tma: bool = False):
+    """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
+    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); r_diag, r_tile: the fold's
+    row factors, `attention_bwd._fold_rows`). stats_tma: the per-query vectors through each stage's TMA
+    instead of global loads in the loop (`_query_stats`)."""
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    qb, dob, _, _, vr, vbr = copies
+    dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    dv = torch.empty_like(dk)
+    _dkdv_gluon_kernel[(seq // BN, b * hkv)](
+        *descriptors(q, k, do, qb, dob, vr, vbr, lse2, moff, delta), q.scale, lse2, moff, delta, do.scale, k.scale,
+        k.off.scale, v.scale, v.off.scale, r_diag, r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq,
+        hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, STATS_TMA=stats_tma,
+        num_warps=NUM_WARPS,
+    )
+    return dk, dv
