@@ -339,13 +339,17 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     the dQ kernel's from 345 to 243. On the H200 at S = 8k (72dcfa1, each kernel alone, less the
     copies' time): dK/dV 8.17 → 6.37 ms (5.79 at 3 stages, the default since), dQ 5.59 → 2.46 ms.
     dp_early (default True): dP is issued right after S, before the softmax work that does not
-    need it, so that work runs while the product is in flight; False issues it after (a sweep option)."""
+    need it, so that work runs while the product is in flight; False issues it after (a sweep option).
+    gluon (fast path's default): on sm_90 the dK/dV kernel of `attention_bwd_gluon` (TMA stages, S and
+    dP of the next sub-tile in flight during the elementwise work), bit-identical to this one: 5.77
+    against 6.20 ms at S = 8k, B×H = 64, copies included (cd5efcf); elsewhere (document masking,
+    another launch) the Triton kernel."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
-                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True}
+                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
@@ -383,8 +387,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     `document.doc_tables(doc_ids)` as the forward got it. "pre" (the fp8 fast path's default): the
     kernels read `attention_bwd_copies` instead of converting per tile; bit-identical to pre=False.
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
-    "gluon" (benchmark option): the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the
-    fast path's launch), with "stats_tma" (the per-query vectors through its TMA stages).
+    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -398,7 +401,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
     dp_early = config.pop("dp_early", True)
-    gluon, stats_tma = config.pop("gluon", False), config.pop("stats_tma", False)
+    gluon = config.pop("gluon", False)
     if pre and not pre_eligible(q, k, v, do, spec):
         raise ValueError(f"backward config pre=True needs fp8 Q, K, V and dO with pv=fp8 and ds=bf16, the spec is "
                          f"{spec}; use pre=False")
@@ -451,7 +454,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     if on_gluon and which != "dq":
         dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), r_diag,
-                                          r_tile, safeguards, sm_scale, stats_tma)
+                                          r_tile, safeguards, sm_scale)
     elif which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, *scalars, BN=bn, BM=sub,
                                            PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,

@@ -68,35 +68,15 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 if HAS_GLUON:
 
     @gluon.jit
-    def _stage_vector(smem, stage, S_L: gl.constexpr):
-        """One per-query vector [BM] of a stage ([1, BM] in shared memory), in the score tile's column
-        layout: loaded in that tile's layout (one row of it) and its unit dimension dropped."""
-        x = smem.index(stage).load(S_L)
-        return gl.convert_layout(gl.reshape(x, [x.shape[1]]), gl.SliceLayout(0, S_L))
-
-    @gluon.jit
-    def _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr,
-                     S_L: gl.constexpr, STATS_TMA: gl.constexpr):
-        """Per query of the sub-tile (`row_stats`): s_q, M, 1/l, delta, s_dO. STATS_TMA: read from the
-        stage's shared memory (they arrive with its TMA: no global load in the loop, but five more
-        copies per sub-tile), else loaded from global memory here."""
-        if STATS_TMA:
-            qs_s, lse_s, moff_s, delta_s, dos_s = vec_s
-            lse2 = _stage_vector(lse_s, stage, S_L)
-            moff = _stage_vector(moff_s, stage, S_L)
-            qs = _stage_vector(qs_s, stage, S_L)
-            delta = _stage_vector(delta_s, stage, S_L)
-            sdo = _stage_vector(dos_s, stage, S_L)
-        else:
-            offs = bh.to(gl.int64) * S + start_m + gl.arange(0, BM, layout=gl.SliceLayout(0, S_L))
-            lse2 = gl.load(LSE2 + offs)
-            moff = gl.load(MOFF + offs)
-            qs = gl.load(QS + offs)
-            delta = gl.load(DELTA + offs)
-            sdo = gl.load(DOS + offs)
-        m = gl.floor(lse2) - moff.to(gl.float32)
+    def _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr, QRY: gl.constexpr):
+        """Per query of the sub-tile (`row_stats`): s_q, M, 1/l, delta, s_dO. (Through the stages' TMA
+        instead, five [1, 32] copies per sub-tile, the kernel faulted on the H200: misaligned address,
+        cd5efcf; and Gluon fenced every copy with a CTA barrier.)"""
+        offs = bh.to(gl.int64) * S + start_m + gl.arange(0, BM, layout=QRY)
+        lse2 = gl.load(LSE2 + offs)
+        m = gl.floor(lse2) - gl.load(MOFF + offs).to(gl.float32)
         linv = gl.exp2(m - lse2)
-        return qs, m, linv, delta, sdo
+        return gl.load(QS + offs), m, linv, gl.load(DELTA + offs), gl.load(DOS + offs)
 
     @gluon.jit
     def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
@@ -107,37 +87,28 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
-                        WITH_DOB: gl.constexpr, S, STATS_TMA: gl.constexpr):
+                        WITH_DOB: gl.constexpr, S):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
-        Q8, dO8, QB, (WITH_DOB) DOB tiles and the rows' s_q, lse2, M offset, delta, s_dO."""
-        q_desc, do_desc, qb_desc, dob_desc, qs_desc, lse_desc, moff_desc, delta_desc, dos_desc = descs
-        q_s, do_s, qb_s, dob_s, qs_s, lse_s, moff_s, delta_s, dos_s = smems
+        the Q8, dO8, QB and (WITH_DOB) DOB tiles."""
+        q_desc, do_desc, qb_desc, dob_desc = descs
+        q_s, do_s, qb_s, dob_s = smems
         stage = (c + j) % STAGES
         bar = ready.index(stage)
         row = bh * S + lo + j * BM
         nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes
-                                + (dob_desc.block_type.nbytes if WITH_DOB else 0)
-                                + ((4 * qs_desc.block_type.nbytes + moff_desc.block_type.nbytes) if STATS_TMA else 0))
+                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
         mbarrier.expect(bar, nbytes)
         tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
         tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
         tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
         if WITH_DOB:
             tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
-        if STATS_TMA:
-            vec = row // BM  # the per-query vectors as [rows / BM, BM]
-            tma.async_copy_global_to_shared(qs_desc, [vec, 0], bar, qs_s.index(stage))
-            tma.async_copy_global_to_shared(lse_desc, [vec, 0], bar, lse_s.index(stage))
-            tma.async_copy_global_to_shared(moff_desc, [vec, 0], bar, moff_s.index(stage))
-            tma.async_copy_global_to_shared(delta_desc, [vec, 0], bar, delta_s.index(stage))
-            tma.async_copy_global_to_shared(dos_desc, [vec, 0], bar, dos_s.index(stage))
 
     @gluon.jit
-    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, qs_desc,
-                           lse_desc, moff_desc, delta_desc, dos_desc, QS, LSE2, MOFF, DELTA, DOS, KS, KBS, VS, VBS,
-                           RD, RB, DK, DV, qk_scale, sm_scale, S, G,
+    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, QS, LSE2, MOFF,
+                           DELTA, DOS, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G,
                            D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                           STAGES: gl.constexpr, SAFE: gl.constexpr, STATS_TMA: gl.constexpr):
+                           STAGES: gl.constexpr, SAFE: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
@@ -160,14 +131,8 @@ if HAS_GLUON:
         qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
         dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
         dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
-        qs_s = gl.allocate_shared_memory(qs_desc.dtype, [STAGES, 1, BM], qs_desc.layout)
-        lse_s = gl.allocate_shared_memory(lse_desc.dtype, [STAGES, 1, BM], lse_desc.layout)
-        moff_s = gl.allocate_shared_memory(moff_desc.dtype, [STAGES, 1, BM], moff_desc.layout)
-        delta_s = gl.allocate_shared_memory(delta_desc.dtype, [STAGES, 1, BM], delta_desc.layout)
-        dos_s = gl.allocate_shared_memory(dos_desc.dtype, [STAGES, 1, BM], dos_desc.layout)
-        descs = (q_desc, do_desc, qb_desc, dob_desc, qs_desc, lse_desc, moff_desc, delta_desc, dos_desc)
-        smems = (q_s, do_s, qb_s, dob_s, qs_s, lse_s, moff_s, delta_s, dos_s)
-        vec_s = (qs_s, lse_s, moff_s, delta_s, dos_s)
+        descs = (q_desc, do_desc, qb_desc, dob_desc)
+        smems = (q_s, do_s, qb_s, dob_s)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
@@ -189,7 +154,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_TMA)
+                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S)
                 stage = c % STAGES
                 start_m = first + j * BM
                 offs_m = start_m + gl.arange(0, BM, layout=QRY)
@@ -198,8 +163,7 @@ if HAS_GLUON:
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S,
-                                                       BM, S_L, STATS_TMA)
+                qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM, QRY)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
@@ -237,7 +201,7 @@ if HAS_GLUON:
             if n_off > 0:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
-                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_TMA)
+                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S)
                 stage = c % STAGES
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -249,8 +213,7 @@ if HAS_GLUON:
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                     dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
-                    qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
-                                                           BM, S_L, STATS_TMA)
+                    qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM, QRY)
                     st = st * (kbs * (qs * qk_scale))[None, :]
                     pt = gl.exp2(st - (m - 8.0)[None, :])
                     pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
@@ -261,11 +224,10 @@ if HAS_GLUON:
                     # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
                     st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
                     if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
-                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_TMA)
+                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                qs, m, linv, delta, sdo = _query_stats(stage, vec_s, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
-                                                       BM, S_L, STATS_TMA)
+                qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM, QRY)
                 st = st * (kbs * (qs * qk_scale))[None, :]
                 pt = gl.exp2(st - (m - 8.0)[None, :])
                 pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
@@ -289,40 +251,32 @@ def _layout(block, dtype):
     return gl.NVMMASharedLayout.get_default_for(block, dtype)
 
 
-def descriptors(q, k, do, qb, dob, vr, vbr, lse2, moff, delta):
+def descriptors(q, k, do, qb, dob, vr, vbr):
     """TMA descriptors over 2-D row views ([rows, D]): the query side in [BM, D] sub-tiles (Q8, dO8 and
     the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
-    copy's rows, `attention_bwd_copies`), and the per-query vectors (s_q, lse2, M offset, delta, s_dO)
-    as [rows / BM, BM] in [1, BM] pieces, one per sub-tile."""
+    copy's rows, `attention_bwd_copies`)."""
     d = q.vals.shape[-1]
 
     def desc(t, rows, dtype):
         return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
 
-    def vec(t, dtype):
-        return TensorDescriptor.from_tensor(t.reshape(-1, BM), [1, BM], _layout([1, BM], dtype))
-
-    f8, bf, f32 = gl.float8e4nv, gl.bfloat16, gl.float32
+    f8, bf = gl.float8e4nv, gl.bfloat16
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
-            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8),
-            vec(q.scale, f32), vec(lse2, f32), vec(moff, gl.int8), vec(delta, f32), vec(do.scale, f32))
+            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8))
 
 
-def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float,
-         stats_tma: bool = False):
+def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
     copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); r_diag, r_tile: the fold's
-    row factors, `attention_bwd._fold_rows`). stats_tma: the per-query vectors through each stage's TMA
-    instead of global loads in the loop (`_query_stats`)."""
+    row factors, `attention_bwd._fold_rows`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dob, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
     _dkdv_gluon_kernel[(seq // BN, b * hkv)](
-        *descriptors(q, k, do, qb, dob, vr, vbr, lse2, moff, delta), q.scale, lse2, moff, delta, do.scale, k.scale,
+        *descriptors(q, k, do, qb, dob, vr, vbr), q.scale, lse2, moff, delta, do.scale, k.scale,
         k.off.scale, v.scale, v.off.scale, r_diag, r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq,
-        hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, STATS_TMA=stats_tma,
-        num_warps=NUM_WARPS,
+        hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, num_warps=NUM_WARPS,
     )
     return dk, dv

@@ -206,11 +206,58 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx), "shared": compiled.metadata.shared}
 
 
+def gluon_dkdv_report(safeguards: bool) -> dict:
+    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's
+    launch), with "serialized": whether ptxas serialized its wgmma (warning C7514 / C7515)."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    _import_kernels()
+    from flamia_kernels import attention_bwd_gluon as G
+
+    f8, bf, seq, d = torch.float8_e4m3fn, torch.bfloat16, 4 * G.TB, G.TB
+    rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
+    q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
+    k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
+    descs = G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8))
+    names = list(inspect.signature(G._dkdv_gluon_kernel.fn).parameters)
+    kinds = ([mangle_type(x) for x in descs] + ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 6
+             + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"])
+    consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards)
+    sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
+    compiled = triton.compile(GluonASTSource(G._dkdv_gluon_kernel, sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": G.NUM_WARPS})
+    ptx = compiled.asm["ptx"]
+    return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx),
+            "serialized": _ptxas_serializes(ptx)}
+
+
+def _ptxas_serializes(ptx: str) -> bool:
+    """Whether ptxas warns that it serialized wgmma instructions (C7514 / C7515: registers of an
+    accumulator in flight touched by other instructions), which undoes the kernel's overlap."""
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        out = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                             text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    return bool(re.search(r"C751[45]", out.stdout + out.stderr))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon"), default=["fwd", "dkdv", "dq"],
-                    help="fwd_gluon: the sm_90 Gluon forward (fp8, D = 128; its configs :gluon[:chain|:pipeN], its "
-                         "stages follow the variant)")
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon"),
+                    default=["fwd", "dkdv", "dq"],
+                    help="fwd_gluon / dkdv_gluon: the sm_90 Gluon forward / dK/dV kernel (fp8, D = 128; the forward's "
+                         "configs :gluon[:chain|:pipeN], its stages follow the variant)")
     ap.add_argument("--configs", nargs="*", type=parse_config, default=[],
                     help="launch configs to add to each kernel's default, e.g. 8x2x32 8x1x16:atomic")
     ap.add_argument("--spec", default="fp8", help="an AttentionSpec preset or per-operand string")
@@ -232,9 +279,15 @@ def main(argv=None) -> int:
                 continue  # a backward-only option for the forward, or the forward's for the backward
             if args.qk_mx and kernel != "fwd":
                 continue  # the block-scaled QKᵀ is the forward's
-            if cfg and (kernel == "fwd_gluon") != bool(cfg.get("gluon")):
-                continue  # the Gluon kernel's configs say :gluon, the Triton kernels' do not
-            if kernel == "fwd_gluon":
+            if cfg and kernel.endswith("_gluon") != bool(cfg.get("gluon")):
+                continue  # the Gluon kernels' configs say :gluon, the Triton kernels' do not
+            if kernel == "dkdv_gluon":
+                if cfg:
+                    continue  # one launch: the fast path's
+                r = gluon_dkdv_report(not args.leaky)
+                if r["serialized"]:
+                    print("  ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
+            elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
                     ap.error("fwd_gluon: the fp8 spec, D = 128, sm_90, causal, with the off-diagonal copies only")

@@ -164,8 +164,8 @@ def test_gpu_backward_half_tile_programs_match(spec):
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=9)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    base = attention_bwd.launch_config(128, spec.ds)
-    full = attention_bwd.backward(*args, config=base)
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
+    full = attention_bwd.backward(*args, config={**base, "bn": 128})
     half = attention_bwd.backward(*args, config={**base, "bn": 64})
     errs = [_rel(a, b) for a, b in zip(half, full, strict=True)]
     print(f"\n{spec} bn=64 vs 128 rel-L2 dQ {errs[0]:.2e} dK {errs[1]:.2e} dV {errs[2]:.2e}")
@@ -183,7 +183,7 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=41)
     args = backward_args(spec, q, k, v, do, causal=causal, sm_scale=128 ** -0.5)
-    base = attention_bwd.launch_config(128, spec.ds)
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
     assert base.get("pre") is True
     pre = attention_bwd.backward(*args, config=base)
     for extra in ({"pre": False}, {"dp_early": False}):
@@ -216,7 +216,7 @@ def test_gpu_backward_launch_variants_match_the_default(variant):
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=13)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    base = attention_bwd.launch_config(128, spec.ds)
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
     want = attention_bwd.backward(*args, config=base)
     got = attention_bwd.backward(*args, config={**base, **BACKWARD_VARIANTS[variant]})
     errs = [_rel(a, b) for a, b in zip(got, want, strict=True)]
@@ -382,27 +382,28 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     assert cos["O"] >= hi and cos["dV"] >= hi and cos["dQ"] >= lo and cos["dK"] >= lo, cos
 
 
-@pytest.mark.parametrize("stats_tma", [False, True])
 @pytest.mark.parametrize("safeguards", [True, False])
-def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, stats_tma):
-    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon") against the Triton
-    dK/dV kernel at the fast path's launch: the same products and elementwise expressions (GQA, B > 1,
-    S not a power of two; the diagonal's V fold, safeguards on and off)."""
+def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards):
+    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon", the fast path's
+    default) against the Triton dK/dV kernel at the fast path's launch: the same products and
+    elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's V fold, safeguards on
+    and off)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=43)
     args = backward_args(spec, q, k, v, do, safeguards=safeguards, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
-    want = attention_bwd.backward(*args, config=base)
+    assert base["gluon"] is True  # the fast path's default
+    want = attention_bwd.backward(*args, config={**base, "gluon": False})
     calls, original = [], attention_bwd_gluon.dkdv
     attention_bwd_gluon.dkdv = lambda *a, **kw: calls.append(1) or original(*a, **kw)
     try:
-        got = attention_bwd.backward(*args, config={**base, "gluon": True, "stats_tma": stats_tma})
+        got = attention_bwd.backward(*args, config={**base, "gluon": True})
     finally:
         attention_bwd_gluon.dkdv = original
     assert calls, "the Gluon dK/dV kernel never ran"
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
-    print(f"\ngluon dK/dV safeguards={safeguards} stats_tma={stats_tma}: rel-L2 {errs}, bit-identical {same}")
+    print(f"\ngluon dK/dV safeguards={safeguards}: rel-L2 {errs}, bit-identical {same}")
     assert all(e <= 1e-5 for e in errs.values()) and all(g.abs().sum() > 0 for g in got[1:])
