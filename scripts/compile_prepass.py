@@ -1,0 +1,90 @@
+"""Compile every Triton pre-pass kernel of `kernels/quantize.py` for sm_90 on a machine without a GPU.
+
+    python scripts/compile_prepass.py            # prints one line per kernel variant, exit 1 on a failure
+
+Why: under TRITON_INTERPRET=1 (the CPU tests) the kernels' GPU-only branches (`_HW_FP8`,
+`_FUSED_FMA`) are Python code that never meets Triton's compiler, so a construct the compiler
+rejects (a run-time tensor in a constexpr `and`, say) passes every CPU test and fails on the GPU.
+This compiles each kernel at each of its constexpr combinations the launchers use, for sm_90 with
+the JIT's argument specialization, as scripts/kernel_registers.py does for the attention kernels.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _quantize_module():
+    """flamia_kernels.quantize built for the GPU (TRITON_INTERPRET dropped before the first import)."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        import flamia_kernels  # noqa: F401
+    except ImportError:
+        link = Path(tempfile.mkdtemp()) / "flamia_kernels"
+        link.symlink_to(ROOT / "kernels")
+        sys.path.insert(0, str(link.parent))
+    from flamia_kernels import quantize
+
+    return quantize
+
+
+def variants(qz):
+    """(label, jit function, signature, constexprs, num_warps) of each launch the pre-pass makes."""
+    tiny = 2.0 ** -126
+    fp8 = dict(TINY=tiny, BLOCK_D=128)
+    for per_block, write_t in itertools.product((False, True), repeat=2):
+        yield (f"tokens per_block={per_block} write_t={write_t}", qz._fp8_tokens_kernel,
+               {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "S": "i32", "D": "i32"},
+               {**fp8, "BLOCK_S": 128 if per_block else 32, "PER_BLOCK": per_block, "WRITE_T": write_t}, 4)
+    for transposed in (False, True):
+        yield (f"key side transposed={transposed}", qz._fp8_key_side_kernel,
+               {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "XB8": "*u8", "BScale": "*fp32", "S": "i32", "D": "i32"},
+               {**fp8, "BLOCK_S": 128, "TRANSPOSED": transposed}, 16)
+        yield (f"requant blocks transposed={transposed}", qz._fp8_requant_blocks_kernel,
+               {"X8": "*u8", "Scale": "*fp32", "Y8": "*u8", "BScale": "*fp32", "S": "i32", "D": "i32"},
+               {**fp8, "BLOCK_S": 128, "TRANSPOSED": transposed}, 8)
+    yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
+           {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
+            "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)
+    yield ("mxfp8", qz._mxfp8_kernel, {"X": "*bf16", "X8": "*u8", "Codes": "*u8", "R": "i32", "NB": "i32"},
+           {"BLOCK_R": 32, "NB_P2": 4, "BLK": 32}, 4)
+    for per_row, stochastic in itertools.product((False, True), repeat=2):
+        yield (f"nvfp4 global_per_row={per_row} stochastic={stochastic}", qz._nvfp4_kernel,
+               {"X": "*bf16", "Noise": "*fp32", "Glob": "*fp32", "Codes": "*u8", "BScale": "*u8", "R": "i32",
+                "NB": "i32"},
+               {"TINY": tiny, "BLOCK_R": 32, "NB_P2": 8, "HALF": 8, "GLOBAL_PER_ROW": per_row,
+                "STOCHASTIC": stochastic}, 4)
+
+
+def compile_for_sm90(fn, signature: dict, constexprs: dict, num_warps: int) -> None:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {**signature, **{k: "constexpr" for k in constexprs}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(sig.values()) if kind.startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
+def main() -> int:
+    qz = _quantize_module()
+    failed = 0
+    for label, fn, signature, constexprs, warps in variants(qz):
+        try:
+            compile_for_sm90(fn, signature, constexprs, warps)
+            print(f"ok      {label}", flush=True)
+        except Exception as err:  # noqa: BLE001 - report every variant, then fail
+            failed += 1
+            lines = [line.strip() for line in str(err).splitlines() if line.strip().strip("^")]
+            print(f"FAILED  {label}: {type(err).__name__}: {' | '.join(lines[:2])}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
