@@ -7,11 +7,13 @@ The fp8 forward quantizes Q per token (`quantize.quantize_fp8_per_token`) and K 
 plus their off-diagonal token-block copies in one pass each (`quantize.quantize_fp8_key_side`, V
 laid out as Vᵀ). At S = 8k, B×H = 64, D = 128 the three took 0.63 ms against a 1.95 ms forward
 kernel (docs/benchmarks.md), while their bytes (bf16 in, fp8 out, twice for K and V) move in
-~0.16 ms at the H200's bandwidth: the passes are bound by their instructions (two IEEE divisions
-and two E4M3 conversions per element for K and V), which more warps per tile spread over more
-threads. Each row: median ms (triton.testing.do_bench), the bytes it moves over that time, and
-whether its outputs are bit-identical to the default launch's (the GPU tier of tests/test_quantize.py
-holds the default against `formats`). Never imported by the package.
+~0.16 ms at the H200's bandwidth: the passes are bound by their instructions (per element of K and
+V: two divisions by a shared scale, each one FMUL and two FFMAs after one IEEE division per token
+or block, `quantize._div_by_shared`; two hardware E4M3 conversions and one decode, with the NaN fix
+only on tiles holding a NaN or ±Inf; for Vᵀ the bytes' transposition through shared memory), which
+more warps per tile spread over more threads. Each row: median ms (triton.testing.do_bench), the
+bytes it moves over that time, and whether its outputs are bit-identical to the default launch's
+(the GPU tier of tests/test_quantize.py holds the default against `formats`). Never imported by the package.
 """
 from __future__ import annotations
 
