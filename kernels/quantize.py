@@ -206,26 +206,18 @@ if HAS_TRITON:
         mask = (offs_s[:, None] < S) & (offs_d[None, :] < D)
         offs = bh * S * D + offs_s[:, None] * D + offs_d[None, :]  # (BLOCK_S, BLOCK_D)
         x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        amax_bits = tl.max(_abs_bits(x), axis=1)  # (BLOCK_S,)
-        tile_amax_bits = tl.max(amax_bits, axis=0)
         if PER_BLOCK:
-            scale = tl.math.div_rn(_clamp_tiny(tile_amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+            amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0).to(tl.float32, bitcast=True)
+            scale = tl.math.div_rn(_clamp_tiny(amax, TINY), 448.0)
             tl.store(Scale + bh * tl.cdiv(S, BLOCK_S) + pid_s, scale)
-            q = _div_by_shared(x, scale)
+            code = _e4m3_code(_div_by_shared(x, scale))
         else:
-            scale = tl.math.div_rn(_clamp_tiny(amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+            code, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
             tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
-            q = _div_by_shared(x, scale[:, None])
-        offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
-        if _HW_FP8 and tile_amax_bits < _INF_BITS:  # no q is NaN: no NaN fix (`_store_e4m3`)
-            _store_token_bytes(X8, X8T, offs, offs_t, mask, q.to(tl.float8e4nv).to(tl.uint8, bitcast=True), WRITE_T)
-        else:
-            _store_token_bytes(X8, X8T, offs, offs_t, mask, _e4m3_code(q).to(tl.uint8), WRITE_T)
-
-    @triton.jit
-    def _store_token_bytes(X8, X8T, offs, offs_t, mask, byte, WRITE_T: tl.constexpr):
+        byte = code.to(tl.uint8)
         tl.store(X8 + offs, byte, mask=mask)
         if WRITE_T:  # the same bytes, [D, S]: K-major operand for the token-contracting products
+            offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
             tl.store(X8T + offs_t, tl.trans(byte), mask=tl.trans(mask))
 
     @triton.jit

@@ -126,8 +126,9 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=5)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    split = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "kernel"})
-    fused = attention_bwd.backward(*args, config={**attention_bwd.launch_config(128, "bf16"), "dq": "atomic"})
+    base = attention_bwd.launch_config(128, spec.ds, spec.emulated)  # the spec's own launch (pre: fp8 P only)
+    split = attention_bwd.backward(*args, config={**base, "dq": "kernel"})
+    fused = attention_bwd.backward(*args, config={**base, "dq": "atomic"})
     err = _rel(fused[0], split[0])
     print(f"\n{spec} atomic vs kernel rel-L2 dQ {err:.2e} dK {_rel(fused[1], split[1]):.2e} "
           f"dV {_rel(fused[2], split[2]):.2e}")
@@ -164,7 +165,7 @@ def test_gpu_backward_half_tile_programs_match(spec):
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=9)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
+    base = {**attention_bwd.launch_config(128, spec.ds, spec.emulated), "gluon": False}  # the Triton kernel's
     full = attention_bwd.backward(*args, config={**base, "bn": 128})
     half = attention_bwd.backward(*args, config={**base, "bn": 64})
     errs = [_rel(a, b) for a, b in zip(half, full, strict=True)]
