@@ -86,6 +86,17 @@ if HAS_GLUON:
         return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
+    def _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr,
+                      QRY: gl.constexpr, A_L: gl.constexpr):
+        """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
+        token-block copies: one K and one V scale for the tile): Pᵀ's E4M3 values and dSᵀ, in bf16."""
+        qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM, QRY)
+        st = st * (kbs * (qs * qk_scale))[None, :]
+        pt = gl.exp2(st - (m - 8.0)[None, :])
+        pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+        return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+
+    @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
@@ -213,11 +224,8 @@ if HAS_GLUON:
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                     dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
-                    qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM, QRY)
-                    st = st * (kbs * (qs * qk_scale))[None, :]
-                    pt = gl.exp2(st - (m - 8.0)[None, :])
-                    pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-                    ds = gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
+                                           BM, QRY, A_L)
                     dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                     dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                     # everything retires here: an accumulator still in flight across the loop's back edge
@@ -227,11 +235,8 @@ if HAS_GLUON:
                         _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM, QRY)
-                st = st * (kbs * (qs * qk_scale))[None, :]
-                pt = gl.exp2(st - (m - 8.0)[None, :])
-                pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-                ds = gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM,
+                                       QRY, A_L)
                 dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                 dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))

@@ -11,23 +11,14 @@ the JIT's argument specialization, as scripts/kernel_registers.py does for the a
 from __future__ import annotations
 
 import itertools
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from kernel_registers import import_for_gpu  # scripts/ is this script's first sys.path entry
 
 
 def _quantize_module():
-    """flamia_kernels.quantize built for the GPU (TRITON_INTERPRET dropped before the first import)."""
-    os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        import flamia_kernels  # noqa: F401
-    except ImportError:
-        link = Path(tempfile.mkdtemp()) / "flamia_kernels"
-        link.symlink_to(ROOT / "kernels")
-        sys.path.insert(0, str(link.parent))
+    """flamia_kernels.quantize built for the GPU (kernel_registers.import_for_gpu)."""
+    import_for_gpu()
     from flamia_kernels import quantize
 
     return quantize

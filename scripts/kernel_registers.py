@@ -34,10 +34,10 @@ from launch_configs import parse_config  # scripts/ is this script's first sys.p
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _import_kernels():
-    """flamia_kernels from this checkout (the repo's kernels/ directory is the package), built for
-    the GPU: TRITON_INTERPRET is dropped before the first import (a process that already imported
-    the kernels under the interpreter cannot compile them; run this script as its own process)."""
+def import_for_gpu():
+    """Make flamia_kernels importable from this checkout (the repo's kernels/ directory is the
+    package), built for the GPU: TRITON_INTERPRET is dropped before the first import (a process that
+    already imported the kernels under the interpreter cannot compile them; run as its own process)."""
     os.environ.pop("TRITON_INTERPRET", None)
     try:
         import flamia_kernels  # noqa: F401
@@ -45,6 +45,11 @@ def _import_kernels():
         link = Path(tempfile.mkdtemp()) / "flamia_kernels"
         link.symlink_to(ROOT / "kernels")
         sys.path.insert(0, str(link.parent))
+
+
+def _import_kernels():
+    """The attention kernels' modules and constants this script compiles with (`import_for_gpu`)."""
+    import_for_gpu()
     from flamia_kernels import attention_bwd, attention_fwd
     from flamia_kernels.attention_quant import fmt_code
     from flamia_kernels.formats import FP8_TINY

@@ -200,6 +200,17 @@ def test_prefix_triton_launch_options(option, spec, monkeypatch):
     _assert_each_test_catches_every_leak(outs, pairs)
 
 
+def _gpu_prefix_checks(spec, safe_seed: int, leaky_seed: int) -> None:
+    """test_prefix_gpu's Triton half at S = 1024 on the GPU: no leak with safeguards, every leak
+    caught without them."""
+    seq = 8 * SEQ_BLOCK
+    ts = _t_values(17, seq)
+    outs, pairs = _run("triton", spec, True, ts, seed=safe_seed, seq=seq, device="cuda")
+    assert _leaks(outs, pairs) == []
+    outs, pairs = _run("triton", spec, False, ts, seed=leaky_seed, seq=seq, device="cuda")
+    _assert_each_test_catches_every_leak(outs, pairs)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
 @pytest.mark.parametrize("option", list(LAUNCH_OPTIONS))
@@ -207,12 +218,7 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
     """test_prefix_gpu's Triton half under a launch option, for the two presets whose fp8 forward
     the options are timed on."""
     LAUNCH_OPTIONS[option][0](monkeypatch)
-    seq = 8 * SEQ_BLOCK
-    ts = _t_values(17, seq)
-    outs, pairs = _run("triton", spec, True, ts, seed=21, seq=seq, device="cuda")
-    assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", spec, False, ts, seed=22, seq=seq, device="cuda")
-    _assert_each_test_catches_every_leak(outs, pairs)
+    _gpu_prefix_checks(spec, 21, 22)
 
 
 @pytest.mark.gpu
@@ -231,12 +237,7 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
     monkeypatch.setattr(attention_fwd, "launch_config",
                         lambda d, emulated: {**fwd(d, emulated), "gluon": True, "pipe": pipe})
     monkeypatch.setattr(attention_fwd_gluon, "forward", lambda *a, **kw: calls.append(1) or gluon_forward(*a, **kw))
-    seq = 8 * SEQ_BLOCK
-    ts = _t_values(17, seq)
-    outs, pairs = _run("triton", spec, True, ts, seed=25, seq=seq, device="cuda")
-    assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", spec, False, ts, seed=26, seq=seq, device="cuda")
-    _assert_each_test_catches_every_leak(outs, pairs)
+    _gpu_prefix_checks(spec, 25, 26)
     assert calls, "the Gluon forward never ran"
 
 
@@ -252,12 +253,7 @@ def test_prefix_gpu_gluon_backward(monkeypatch):
     monkeypatch.setattr(attention_bwd, "launch_config",
                         lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "gluon": True})
     monkeypatch.setattr(attention_bwd_gluon, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
-    seq = 8 * SEQ_BLOCK
-    ts = _t_values(17, seq)
-    outs, pairs = _run("triton", "fp8", True, ts, seed=27, seq=seq, device="cuda")
-    assert _leaks(outs, pairs) == []
-    outs, pairs = _run("triton", "fp8", False, ts, seed=28, seq=seq, device="cuda")
-    _assert_each_test_catches_every_leak(outs, pairs)
+    _gpu_prefix_checks("fp8", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
 
 
