@@ -252,6 +252,133 @@ if HAS_GLUON:
         gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
 
 
+    @gluon.jit
+    def _issue_key_sub_tile(j, n_off, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
+        """TMA of key sub-tile j of a dQ program (keys j·BN.. of its head) into stage j % STAGES: K's bytes,
+        V's rows and K's bf16 copy, the token-block copies' off the diagonal (j < n_off)."""
+        k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc = descs
+        k_s, v_s, kbf_s = smems
+        stage = j % STAGES
+        bar = ready.index(stage)
+        mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kbf_desc.block_type.nbytes)
+        row = kv_row + j * BN
+        if j < n_off:
+            tma.async_copy_global_to_shared(kb_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vbr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbbf_desc, [row, 0], bar, kbf_s.index(stage))
+        else:
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
+
+    @gluon.jit
+    def _dq_operand(j, n_off, s, dp, qs, m, linv, delta, sdo, KS, KBS, VS, VBS, kv_off, kvb_off, offs_m,
+                    BN: gl.constexpr, TB: gl.constexpr, COL: gl.constexpr, A_L: gl.constexpr):
+        """The dQ product's A operand for key sub-tile j (`_q_tile`): bf16(dS ∘ s_k), dS = (p / l)(dP - delta),
+        off the diagonal (j < n_off) on the token-block copies' tile scales, on it per token and causal."""
+        if j < n_off:
+            kbs = gl.load(KBS + kvb_off + j * BN // TB)
+            vbs = gl.load(VBS + kvb_off + j * BN // TB)
+            s = s * (qs * kbs)[:, None]
+            p = gl.exp2(s - (m - 8.0)[:, None])
+            dp = dp * (sdo * vbs)[:, None]
+            ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+            y = (ds * kbs).to(gl.bfloat16)
+        else:
+            cols = j * BN + gl.arange(0, BN, layout=COL)
+            ks = gl.load(KS + kv_off + cols)
+            vs = gl.load(VS + kv_off + cols)
+            s = s * (qs[:, None] * ks[None, :])
+            s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+            p = gl.exp2(s - (m - 8.0)[:, None])
+            dp = dp * (sdo[:, None] * vs[None, :])
+            ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+            y = (ds * ks[None, :]).to(gl.bfloat16)
+        return gl.convert_layout(y, A_L)
+
+    @gluon.jit
+    def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
+                         DELTA, DOS, KS, KBS, VS, VBS, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
+                         BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)
+        ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+        COL: gl.constexpr = gl.SliceLayout(0, S_L)
+
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)  # longest causal rows first
+        bh = gl.program_id(1)
+        bhk = bh // G
+        first = pid_m * BM
+        tile = first // TB * TB  # the forward's key tile holding these rows: per-token K, V there
+        n_off = tile // BN
+        n_all = (first + BM) // BN  # causal: the diagonal tile's keys up to the last row
+        kv_off = bhk.to(gl.int64) * S
+        kvb_off = bhk.to(gl.int64) * (S // TB)
+
+        q_s = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
+        k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
+        v_s = gl.allocate_shared_memory(vr_desc.dtype, [STAGES, BN, D], vr_desc.layout)
+        kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, BN, D], kbf_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(q_bar, count=1)
+        descs = (k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc)
+        smems = (k_s, v_s, kbf_s)
+
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_s)
+        tma.async_copy_global_to_shared(do_desc, [bh * S + first, 0], q_bar, do_s)
+        for i in gl.static_range(STAGES):
+            if i < n_all:
+                _issue_key_sub_tile(i, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+        offs_m = first + gl.arange(0, BM, layout=ROW)
+        rows = bh.to(gl.int64) * S + offs_m
+        qs = gl.load(QS + rows) * qk_scale
+        lse2 = gl.load(LSE2 + rows)
+        m = gl.floor(lse2) - gl.load(MOFF + rows).to(gl.float32)
+        linv = gl.exp2(m - lse2)
+        delta = gl.load(DELTA + rows)
+        sdo = gl.load(DOS + rows)
+        dq = gl.zeros([BM, D], gl.float32, O_L)
+        zero = gl.zeros([BM, BN], gl.float32, S_L)
+        mbarrier.wait(q_bar, 0)
+
+        mbarrier.wait(ready.index(0), 0)
+        s = warpgroup_mma(q_s, k_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_s, v_s.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+        s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+        for j in range(0, n_all - 1):
+            stage = j % STAGES
+            nxt = (j + 1) % STAGES
+            mbarrier.wait(ready.index(nxt), ((j + 1) // STAGES) & 1)
+            s_n = warpgroup_mma(q_s, k_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+            dp_n = warpgroup_mma(do_s, v_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+            y = _dq_operand(j, n_off, s, dp, qs, m, linv, delta, sdo, KS, KBS, VS, VBS, kv_off, kvb_off, offs_m, BN,
+                            TB, COL, A_L)
+            dq = warpgroup_mma(y, kbf_s.index(stage), dq, is_async=True)
+            # everything retires here (no accumulator crosses the loop's back edge in flight: C7514)
+            s, dp, dq = warpgroup_mma_wait(num_outstanding=0, deps=(s_n, dp_n, dq))
+            if j + STAGES < n_all:  # sub-tile j's stage is free
+                _issue_key_sub_tile(j + STAGES, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+        j = n_all - 1
+        y = _dq_operand(j, n_off, s, dp, qs, m, linv, delta, sdo, KS, KBS, VS, VBS, kv_off, kvb_off, offs_m, BN, TB,
+                        COL, A_L)
+        dq = warpgroup_mma(y, kbf_s.index(j % STAGES), dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(q_bar)
+        offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        out = (bh.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(DQ + out, (dq * sm_scale).to(gl.bfloat16))
+
+
 def _layout(block, dtype):
     return gl.NVMMASharedLayout.get_default_for(block, dtype)
 
@@ -285,3 +412,43 @@ def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: boo
         hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, num_warps=NUM_WARPS,
     )
     return dk, dv
+
+
+DQ_BM = 64  # query rows per dQ program
+DQ_STAGES = 3  # key sub-tiles in flight: 3 × 16 KB + Q's and dO's 8 KB each
+
+
+def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
+    """None when the Gluon dQ kernel can run this backward under launch `cfg`, else why not."""
+    if not HAS_GLUON:
+        return "Triton without Gluon's Hopper module (or the interpreter)"
+    if not q.vals.is_cuda or torch.cuda.get_device_capability(q.vals.device) != (9, 0):
+        return "not an sm_90 GPU"
+    if not cfg.get("pre") or cfg.get("bm") != DQ_BM or cfg.get("dq_sub") != BM or cfg.get("dq") != "kernel":
+        return "the fast path's launch only (pre, bm = 64, key sub-tiles of 32, dQ by its own kernel)"
+    if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
+        return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
+    if not causal or doc is not None:
+        return "causal, without document masking, only"
+    return None
+
+
+def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float):
+    """dQ [B, Hq, S, D] bf16 for the cases `dq_eligible` accepts (`attention_bwd.backward`'s operands;
+    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR))."""
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    _, _, kbf, kbbf, vr, vbr = copies
+
+    def desc(t, rows, dtype):
+        return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
+
+    f8, bf = gl.float8e4nv, gl.bfloat16
+    out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
+        desc(q.vals, DQ_BM, f8), desc(do.vals, DQ_BM, f8), desc(k.vals, BM, f8), desc(k.off.vals, BM, f8),
+        desc(vr, BM, f8), desc(vbr, BM, f8), desc(kbf, BM, bf), desc(kbbf, BM, bf), q.scale, lse2, moff, delta,
+        do.scale, k.scale, k.off.scale, v.scale, v.off.scale, out, sm_scale * 1.4426950408889634, sm_scale, seq,
+        hq // hkv, D=d, BM=DQ_BM, BN=BM, TB=TB, STAGES=DQ_STAGES, num_warps=NUM_WARPS,
+    )
+    return out
