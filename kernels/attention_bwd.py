@@ -387,8 +387,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     `document.doc_tables(doc_ids)` as the forward got it. "pre" (the fp8 fast path's default): the
     kernels read `attention_bwd_copies` instead of converting per tile; bit-identical to pre=False.
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
-    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch);
-    "gluon_dq": its dQ kernel likewise (a benchmark option).
+    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -402,7 +401,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
     dp_early = config.pop("dp_early", True)
-    gluon, gluon_dq = config.pop("gluon", False), config.pop("gluon_dq", False)
+    gluon = config.pop("gluon", False)
     if pre and not pre_eligible(q, k, v, do, spec):
         raise ValueError(f"backward config pre=True needs fp8 Q, K, V and dO with pv=fp8 and ds=bf16, the spec is "
                          f"{spec}; use pre=False")
@@ -464,11 +463,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:
         dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-        dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
-            q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq_sub": dq_sub, "dq": dq_mode}) is None
-        if which != "dkdv" and dq_on_gluon:
-            dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), sm_scale)
-        elif which != "dkdv":
+        if which != "dkdv":
             _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
                                             PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
     return dq, dk, dv

@@ -19,7 +19,7 @@ imports them when it runs).
       :late    backward: issue dP after the softmax work instead of before it (dp_early off)
       :dkdv / :dq         backward: run one kernel only
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
-               path's pre / half / x32 launch); :gluondq its dQ kernel likewise
+               path's pre / half / x32 launch)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1), "pipe2": ("pipe", 2),
-          "chain": ("pipe", 3), "gluondq": ("gluon_dq", True),
+          "chain": ("pipe", 3),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
