@@ -270,6 +270,10 @@ def descriptors(q, k, do, qb, dob, vr, vbr):
             desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8))
 
 
+# Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
+# tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
+# breaks the graph at this call instead of tracing it.
+@torch.compiler.disable
 def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
     copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); r_diag, r_tile: the fold's

@@ -332,6 +332,10 @@ def descriptors(q, k, v):
             rows(k.vals, [BLOCK, d]), cols(v.vals_t))
 
 
+# Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
+# tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
+# breaks the graph at this call instead of tracing it.
+@torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
