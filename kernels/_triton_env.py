@@ -1,4 +1,5 @@
-"""Where Triton kernels can run: compiled on CUDA, or under the interpreter on CPU.
+"""Where Triton kernels can run: compiled on CUDA, or under the interpreter on CPU; and where the
+Gluon (Triton's Hopper layer) kernels of the fp8 fast path can: compiled on sm_90 only.
 
 Triton decides between compiling and interpreting when a kernel is *defined*
 (`@triton.jit` reads TRITON_INTERPRET at decoration time), so the answer is
@@ -40,3 +41,28 @@ def can_run_triton(x: torch.Tensor) -> bool:
     then fall back to the PyTorch ground truth (same bytes).
     """
     return HAS_TRITON and (INTERPRET or x.is_cuda)
+
+
+def _has_gluon() -> bool:
+    """Triton's Gluon with its Hopper module (TMA, asynchronous wgmma), outside the interpreter (which
+    has no Gluon)."""
+    if not HAS_TRITON or INTERPRET:
+        return False
+    try:
+        import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+HAS_GLUON = _has_gluon()
+
+
+def gluon_unavailable(x: torch.Tensor) -> str | None:
+    """None when the sm_90 Gluon kernels can process `x`, else why not (callers then run the Triton
+    kernels)."""
+    if not HAS_GLUON:
+        return "Triton without Gluon's Hopper module (or the interpreter)"
+    if not x.is_cuda or torch.cuda.get_device_capability(x.device) != (9, 0):
+        return "not an sm_90 GPU"
+    return None

@@ -23,25 +23,19 @@ from __future__ import annotations
 
 import torch
 
-from ._triton_env import HAS_TRITON, INTERPRET
+from ._triton_env import HAS_GLUON, gluon_unavailable
 
-HAS_GLUON = False
-if HAS_TRITON and not INTERPRET:
-    try:
-        from triton.experimental import gluon
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.language.nvidia.hopper import (
-            fence_async_shared,
-            mbarrier,
-            tma,
-            warpgroup_mma,
-            warpgroup_mma_wait,
-        )
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-        HAS_GLUON = True
-    except ImportError:  # a Triton without Gluon's Hopper module: the Triton kernel runs
-        HAS_GLUON = False
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BN = 64  # keys per program: one warpgroup's wgmma M
 BM = 32  # queries per sub-tile
@@ -52,10 +46,9 @@ NUM_WARPS = 4
 
 def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
-    if not HAS_GLUON:
-        return "Triton without Gluon's Hopper module (or the interpreter)"
-    if not q.vals.is_cuda or torch.cuda.get_device_capability(q.vals.device) != (9, 0):
-        return "not an sm_90 GPU"
+    why = gluon_unavailable(q.vals)
+    if why is not None:
+        return why
     if not cfg.get("pre") or cfg.get("bn") != BN or cfg.get("sub") != BM or cfg.get("dq") != "kernel":
         return "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)"
     if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:

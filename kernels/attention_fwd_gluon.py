@@ -26,41 +26,34 @@ from __future__ import annotations
 
 import torch
 
-from ._triton_env import HAS_TRITON, INTERPRET
+from ._triton_env import HAS_GLUON, gluon_unavailable
 from .formats import FP8_TINY
 
-HAS_GLUON = False
-if HAS_TRITON and not INTERPRET:
-    try:
-        from triton.experimental import gluon
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-        HAS_GLUON = True
-    except ImportError:  # a Triton without Gluon's Hopper module: the Triton kernel runs
-        HAS_GLUON = False
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
+NUM_WARPS = 4
+MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
 
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
     return 2 if pipe == 3 else STAGES
-NUM_WARPS = 4
-MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
 
 def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
     """None when the Gluon kernel can run this forward, else why not (for a benchmark's log)."""
-    if not HAS_GLUON:
-        return "Triton without Gluon's Hopper module (or the interpreter)"
-    if not q.vals.is_cuda or torch.cuda.get_device_capability(q.vals.device) != (9, 0):
-        return "not an sm_90 GPU"
+    why = gluon_unavailable(q.vals)
+    if why is not None:
+        return why
     if spec.qk != "fp8" or spec.pv != "fp8" or qk_mx:
         return f"qk={spec.qk}, pv={spec.pv}: the fp8 fast path only"
     if q.vals.shape[-1] != BLOCK:
