@@ -73,8 +73,8 @@ def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
 
 
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
-    """{"registers", "spill_stores", "spill_loads"} from the bundled ptxas's -v output (Triton ships
-    a second ptxas for Blackwell targets)."""
+    """{"registers", "spill_stores", "spill_loads", "serialized"} from the bundled ptxas's -v output
+    (Triton ships a second ptxas for Blackwell targets)."""
     import triton
 
     bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -92,8 +92,10 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
     if not regs or not spill:
         raise RuntimeError(f"ptxas -v printed no register report:\n{text}")
+    # C7514 / C7515: ptxas serialized the wgmma instructions (an accumulator in flight touched by other
+    # instructions), which undoes a kernel's overlap of its products
     return {"registers": int(regs.group(1)), "spill_stores": int(spill.group(1)),
-            "spill_loads": int(spill.group(2))}
+            "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751[45]", text))}
 
 
 def mma_kinds(ptx: str) -> list[str]:
@@ -175,14 +177,26 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 
 
-def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
-    """compile_report for the sm_90 Gluon forward (`attention_fwd_gluon`; fp8, D = 128 only): its TMA
-    descriptors are typed from empty CPU tensors of the launch's dtypes and tile shapes."""
-    import torch
+def _compile_gluon(kernel, descs, kinds: list, consts: dict, options: dict) -> str:
+    """PTX of a Gluon kernel compiled for sm_90: its TMA descriptors (built on empty CPU tensors) typed
+    by `mangle_type`, the other arguments by `kinds`, with the JIT's divisibility hints."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
+
+    names = list(inspect.signature(kernel.fn).parameters)
+    kinds = [mangle_type(x) for x in descs] + kinds
+    sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
+    compiled = triton.compile(GluonASTSource(kernel, sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    return compiled.asm["ptx"]
+
+
+def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
+    """compile_report for the sm_90 Gluon forward (`attention_fwd_gluon`; fp8, D = 128 only)."""
+    import torch
 
     _import_kernels()
     from flamia_kernels import attention_fwd_gluon as G
@@ -195,30 +209,18 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     ops = [argparse.Namespace(vals=tensor(1, 1, seq, d)) for _ in range(2)]
     ops[1].off = argparse.Namespace(vals=tensor(1, 1, seq, d))
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
-    descs = G.descriptors(ops[0], ops[1], v)
-    names = list(inspect.signature(G._fwd_gluon_kernel.fn).parameters)
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
                   PIPE=pipe)
-    kinds = [mangle_type(x) for x in descs] + ["*fp32"] * 5 + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32",
-                                                              "i32", "i32"]
-    sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
-    compiled = triton.compile(GluonASTSource(G._fwd_gluon_kernel, sig, constexprs=consts, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": G.NUM_WARPS,
-                                                                         **G._registers(pipe)})
-    ptx = compiled.asm["ptx"]
+    ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v),
+                         ["*fp32"] * 5 + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
+                         {"num_warps": G.NUM_WARPS, **G._registers(pipe)})
     label = f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
-    return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx), "shared": compiled.metadata.shared}
+    return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
 def gluon_dkdv_report(safeguards: bool) -> dict:
-    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's
-    launch), with "serialized": whether ptxas serialized its wgmma (warning C7514 / C7515)."""
+    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch)."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
 
     _import_kernels()
     from flamia_kernels import attention_bwd_gluon as G
@@ -227,34 +229,11 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
     q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
     k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
-    descs = G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8))
-    names = list(inspect.signature(G._dkdv_gluon_kernel.fn).parameters)
-    kinds = ([mangle_type(x) for x in descs] + ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 6
-             + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"])
     consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards)
-    sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
-    compiled = triton.compile(GluonASTSource(G._dkdv_gluon_kernel, sig, constexprs=consts, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": G.NUM_WARPS})
-    ptx = compiled.asm["ptx"]
-    return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx),
-            "serialized": _ptxas_serializes(ptx)}
-
-
-def _ptxas_serializes(ptx: str) -> bool:
-    """Whether ptxas warns that it serialized wgmma instructions (C7514 / C7515: registers of an
-    accumulator in flight touched by other instructions), which undoes the kernel's overlap."""
-    import triton
-
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    try:
-        out = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                             text=True, check=True)
-    finally:
-        os.unlink(f.name)
-    return bool(re.search(r"C751[45]", out.stdout + out.stderr))
+    ptx = _compile_gluon(G._dkdv_gluon_kernel, G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8)),
+                         ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 6
+                         + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, {"num_warps": G.NUM_WARPS})
+    return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
 def main(argv=None) -> int:
@@ -290,8 +269,6 @@ def main(argv=None) -> int:
                 if cfg:
                     continue  # one launch: the fast path's
                 r = gluon_dkdv_report(not args.leaky)
-                if r["serialized"]:
-                    print("  ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
@@ -303,6 +280,8 @@ def main(argv=None) -> int:
             label = r["config"] + ("" if cfg else " (default)")
             print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
                   flush=True)
+            if r["serialized"]:
+                print("       ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
             if args.mma:
                 print("       mma: " + ", ".join(r["mma"]), flush=True)
     return 0
