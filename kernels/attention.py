@@ -81,23 +81,26 @@ def check_inputs(q, k, v, spec: AttentionSpec) -> None:
 
 class _FlamiaAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool, doc_ids):
+    def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool, doc_ids, needs_grad: bool):
         from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
-        # launch option fuse_q: the forward kernel quantizes Q itself (fp8 qk, per-token Q only)
-        fuse_q = (attention_fwd.launch_config(q.shape[-1], spec.emulated).get("fuse_q", False)
-                  and spec.qk == "fp8" and safeguards)
+        # the forward kernel quantizes Q itself where that is the launch (fp8 qk, per-token Q only)
+        fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
                               off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
                               quantize_q=not fuse_q)
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
-        save_o8 = spec.do != "bf16"
+        # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
+        # inference) skips it and saves nothing, as SDPA skips its logsumexp there
+        save_o8 = needs_grad and spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                                            sm_scale, SEQ_BLOCK, save_o8, doc=doc,
                                                            q_raw=q if fuse_q else None)
+        if not needs_grad:
+            return o
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
         # The per-token bytes only: the backward re-derives the off-diagonal copies from them.
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,
@@ -123,7 +126,7 @@ class _FlamiaAttention(torch.autograd.Function):
         dq, dk, dv = attention_bwd.backward(Operand(qv, qs), k_op, v_op, do, lse2, moff, delta, spec, causal,
                                             safeguards, sm_scale, SEQ_BLOCK,
                                             doc=None if doc[0] is None else tuple(doc))
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def saved_bytes(q, k, v, spec="fp8", causal: bool = True, doc_ids=None) -> int:
@@ -160,7 +163,8 @@ def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool
     if not can_run_triton(q):
         return reference.attention(q, k, v, spec, causal, safeguards, doc_ids)
     q, k, v = (t.contiguous() for t in (q, k, v))
-    return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards, doc_ids)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards, doc_ids, needs_grad)
 
 
 def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = True, doc_ids=None):

@@ -59,7 +59,7 @@ def _fwd_bwd(fn, q, k, v, do, *args, **kw):
 
 def _kernels_unquantized(q, k, v, spec, causal, safeguards, doc_ids):
     """The Triton kernels with every operand in bf16 (the public bf16 spec runs SDPA instead)."""
-    return attn._FlamiaAttention.apply(q, k, v, AttentionSpec(), causal, safeguards, doc_ids)
+    return attn._FlamiaAttention.apply(q, k, v, AttentionSpec(), causal, safeguards, doc_ids, True)
 
 
 def _reference_unquantized(q, k, v, spec, causal, safeguards, doc_ids):

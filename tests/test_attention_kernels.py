@@ -180,6 +180,43 @@ def test_fused_q_launch_option_end_to_end(monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("spec", ["fp8", "qk=fp8,pv=fp8,do=bf16,ds=bf16"])
+def test_forward_without_gradients_skips_the_saved_copies(spec, monkeypatch):
+    """A forward nothing will differentiate (no_grad, or inputs without requires_grad) returns the same
+    O bit for bit, but the kernel writes no fp8 copy of O (it only feeds the backward's delta) and the
+    op keeps no saved tensors: inference pays for the forward alone."""
+    from flamia_kernels import attention_fwd
+
+    q, k, v, do = _inputs(1, 4, 2, 256, 64, seed=41)
+    want = _fwd_bwd(flamia_attention, q, k, v, do, spec, True, True)[0]
+    calls, original = [], attention_fwd.forward
+    monkeypatch.setattr(attention_fwd, "forward", lambda *a, **kw: calls.append(a[8]) or original(*a, **kw))
+    with torch.no_grad():
+        o = flamia_attention(q, k, v, spec)
+    plain = flamia_attention(q.detach(), k.detach(), v.detach(), spec)
+    assert torch.equal(o, want) and torch.equal(plain, want)
+    assert calls == [False, False]  # save_o8
+    assert o.grad_fn is None and plain.grad_fn is None
+
+
+def test_fuses_q_follows_the_launch_option_and_the_spec(monkeypatch):
+    """Where the forward quantizes Q itself: never for a leaky forward (token-block Q) or a non-fp8 qk; the
+    launch option "fuse_q" when set either way; else only where the sm_90 Gluon kernel runs (never on the
+    CPU, whose interpreter has no Gluon)."""
+    from flamia_kernels import attention_fwd
+
+    q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
+    fp8, nvfp4_fp8 = AttentionSpec.parse("fp8"), AttentionSpec.parse("nvfp4-fp8")
+    assert not attention_fwd.fuses_q(q, fp8, True, True, False)  # CPU: the Triton kernel, the pre-pass's Q
+    default = attention_fwd.launch_config
+    for option in (True, False):
+        monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e, o=option: {**default(d, e), "fuse_q": o})
+        assert attention_fwd.fuses_q(q, fp8, True, True, False) is option
+        assert attention_fwd.fuses_q(q, nvfp4_fp8, False, True, True) is option  # fp8 qk: the option decides
+        assert not attention_fwd.fuses_q(q, fp8, True, False, False)  # leaky: Q has token-block scales
+        assert not attention_fwd.fuses_q(q, AttentionSpec.parse("mxfp8"), True, True, False)
+
+
 def test_half_tile_launches_combine_with_the_other_options():
     """The sm_90 fast-path defaults (half-tile programs) under the benchmark options: the forward's
     block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
