@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from . import attention_fwd_gluon
-from ._triton_env import HAS_TRITON, INTERPRET
+from ._triton_env import HAS_TRITON, INTERPRET, gluon_unavailable
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
 
@@ -280,6 +280,20 @@ def native_block_scaled(x: torch.Tensor) -> bool:
     return x.is_cuda and not INTERPRET and torch.cuda.get_device_capability(x.device) >= (10, 0)
 
 
+def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
+    """Whether the forward quantizes Q itself (`forward`'s q_raw) instead of the pre-pass: the launch
+    option "fuse_q" where it is set, else where the sm_90 Gluon kernel runs (fp8 `qk` and `pv`, D = 128,
+    causal, no document masking): each program quantizes its Q rows while its first K / Vᵀ tiles load.
+    Only with per-token Q (safeguards on) and an fp8 `qk`."""
+    if spec.qk != "fp8" or not safeguards:
+        return False
+    config = launch_config(q.shape[-1], spec.emulated)
+    if "fuse_q" in config:
+        return bool(config["fuse_q"])
+    return (bool(config.get("gluon")) and spec.pv == "fp8" and causal and not has_doc
+            and q.shape[-1] == attention_fwd_gluon.BLOCK and gluon_unavailable(q) is None)
+
+
 def launch_config(d: int, emulated: bool) -> dict:
     """num_warps / num_stages (and "bm"): on sm_90 the fp8 fast path (D = 128, no emulated operand)
     runs programs of 64 query rows with 4 warps and 3 stages, two per SM (255 registers, 32K per
@@ -352,7 +366,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
-        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages)
+        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
+                                           q_raw=q_in if q_raw is not None else None)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

@@ -17,8 +17,11 @@ integer row max, P's fixed ×256 fp8 scale, O's per-token fp8 copy), so O, the r
 the saved bytes are the same values; only when each product is waited for changes.
 
 Scope (`eligible`): CUDA sm_90 exactly, fp8 `qk` and `pv`, D = 128, the token-block copies present
-(K_OFF and V_OFF, i.e. safeguards may be on or off), causal, no document masking, no fused Q
-quantization, no block-scaled QKᵀ. Everything else runs the Triton kernel. Gluon has no
+(K_OFF and V_OFF, i.e. safeguards may be on or off), causal, no document masking, no block-scaled
+QKᵀ. Everything else runs the Triton kernel. With `q_raw` (the fast path's default, safeguards on)
+each program quantizes its own 64 Q rows per token while the first K / Vᵀ tiles are in flight, puts
+the bytes in shared memory for its QKᵀ products and stores them with their scales for the backward:
+Q is read once in bf16 instead of read by a pre-pass, written in fp8 and read again. Gluon has no
 interpreter, so on the CPU this module is compiled for sm_90 only (tests/test_kernel_registers.py);
 the GPU tests compare it with the Triton kernel.
 """
@@ -32,7 +35,13 @@ from .formats import FP8_TINY
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK = 128  # key tile = token block = head dim of the fast path
@@ -46,11 +55,12 @@ MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded do
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
-    return 2 if pipe == 3 else STAGES
+    return 2 if pipe in (3, 4) else STAGES
 
 
 def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
-    """None when the Gluon kernel can run this forward, else why not (for a benchmark's log)."""
+    """None when the Gluon kernel can run this forward, else why not (for a benchmark's log). q_raw
+    (fused Q quantization) is checked by `attention_fwd.forward`, the same for both kernels."""
     why = gluon_unavailable(q.vals)
     if why is not None:
         return why
@@ -60,8 +70,8 @@ def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None
         return f"head dim {q.vals.shape[-1]}: {BLOCK} only"
     if k.off is None or v.off is None:
         return "no token-block K / V copies"
-    if not causal or doc is not None or q_raw is not None:
-        return "causal, without document masking or fused Q, only"
+    if not causal or doc is not None:
+        return "causal, without document masking, only"
     return None
 
 
@@ -106,31 +116,66 @@ if HAS_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
-    def _o8_rows(o, TINY: gl.constexpr, R: gl.constexpr, C: gl.constexpr):
-        """Per-row fp8 of O as `quantize._fp8_row_codes` on the GPU: (bytes uint8, scale). amax is an
-        integer max over the fp32 bit patterns (keeps NaN), the scale an IEEE division, the quotients
-        `quantize._div_by_shared`'s (one IEEE reciprocal per row and Markstein's correction: div_rn's
-        E4M3 bytes, tests/test_quantize_division.py), the E4M3 code the hardware's nearest-even
-        saturating conversion with NaN as 0x7F | sign."""
-        bits = o.to(gl.int32, bitcast=True)
-        amax = gl.max(bits & 0x7FFFFFFF, 1).to(gl.float32, bitcast=True)
+    def _fp8_row_quotients(x, TINY: gl.constexpr):
+        """Per-row fp8 of an fp32 tile as `quantize._fp8_row_codes` on the GPU, up to the E4M3 conversion:
+        (quotients x / scale, scale, finite). amax is an integer max over the fp32 bit patterns (keeps NaN),
+        the scale an IEEE division, the quotients `quantize._div_by_shared`'s (one IEEE reciprocal per row
+        and Markstein's correction: div_rn's E4M3 bytes, tests/test_quantize_division.py). finite: a
+        scalar, True when no element is NaN or ±Inf, so no quotient is NaN and the hardware's bytes need
+        no fix (`_e4m3_bytes`)."""
+        amax_bits = gl.max(x.to(gl.int32, bitcast=True) & 0x7FFFFFFF, 1)
+        amax = amax_bits.to(gl.float32, bitcast=True)
         amax = gl.where(amax < TINY, TINY, amax)
         scale = gl.div_rn(amax, gl.full(amax.shape, 448.0, gl.float32, amax.type.layout))
         rcp = gl.div_rn(gl.full(amax.shape, 1.0, gl.float32, amax.type.layout), scale)
         rem_scale = gl.where(rcp == 0.0, 0.0, scale)  # x / Inf = ±0 (see `_div_by_shared`)
-        q0 = o * rcp[:, None]
-        rem = gl.fma(q0, gl.broadcast(rem_scale[:, None], o)[0], o * -1.0)  # negated: keeps -0
-        v = gl.fma(rem, gl.broadcast((rcp * -1.0)[:, None], o)[0], q0)
-        byte = v.to(gl.float8e4nv).to(gl.uint8, bitcast=True).to(gl.int32)
-        sign = (v.to(gl.int32, bitcast=True) >> 24) & 0x80
-        byte = gl.where(v != v, 0x7F | sign, byte)
-        return byte.to(gl.uint8), scale
+        q0 = x * rcp[:, None]
+        rem = gl.fma(q0, gl.broadcast(rem_scale[:, None], x)[0], x * -1.0)  # negated: keeps -0
+        v = gl.fma(rem, gl.broadcast((rcp * -1.0)[:, None], x)[0], q0)
+        return v, scale, gl.max(amax_bits, 0) < 0x7F800000
 
     @gluon.jit
-    def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2, MOFF,
-                          qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+    def _e4m3_bytes(v):
+        """E4M3 bytes (uint8) of v as `quantize._e4m3_code` on the GPU: the hardware's nearest-even,
+        saturating conversion, NaN as 0x7F | sign (the hardware drops NaN's sign). Only tiles holding a
+        NaN or ±Inf need it; finite ones store `v.to(gl.float8e4nv)`: the fix unpacks the hardware's
+        byte pairs into a register per byte (~4 more sm_90 instructions per element)."""
+        byte = v.to(gl.float8e4nv).to(gl.uint8, bitcast=True).to(gl.int32)
+        sign = (v.to(gl.int32, bitcast=True) >> 24) & 0x80
+        return gl.where(v != v, 0x7F | sign, byte).to(gl.uint8)
+
+    @gluon.jit
+    def _quantize_q_rows(QRAW, QS, q_desc, q_smem, bh, first, S, TINY: gl.constexpr, BM: gl.constexpr,
+                         D: gl.constexpr):
+        """The program's BM rows of bf16 Q, quantized per token as the pre-pass does
+        (`quantize.quantize_fp8_per_token`: the same bytes and scales on the GPU), into `q_smem` for the
+        QKᵀ products; the bytes also go to Q8 (TMA store from the same shared memory, waited for at the
+        end) and the scales to QS, for the backward. Returns the fp32 scales [BM] (SliceLayout(1, QL)).
+        QL gives a thread 32 consecutive elements of a row: 16-byte loads and shared-memory stores, a row
+        shared by four threads (two shuffles per reduction); the products' layout would load 4-byte pairs
+        and store bytes in pairs (~950 sm_90 instructions a program against ~400)."""
+        QL: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[8, 4], warps_per_cta=[4, 1],
+                                            order=[1, 0])
+        rows = gl.arange(0, BM, layout=gl.SliceLayout(1, QL))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+        base = QRAW + (bh.to(gl.int64) * S + first) * D
+        x = gl.load(base + rows[:, None] * D + cols[None, :]).to(gl.float32)
+        v, scale, finite = _fp8_row_quotients(x, TINY)
+        gl.store(QS + bh.to(gl.int64) * S + first + rows, scale)
+        if finite:
+            q_smem.store(v.to(gl.float8e4nv))
+        else:
+            q_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+        fence_async_shared()  # the generic-proxy stores, seen by the async proxy (wgmma, TMA)
+        gl.thread_barrier()  # every warp's rows are in before the warpgroup's products read them
+        tma.async_copy_shared_to_global(q_desc, [bh * S + first, 0], q_smem)
+        return scale
+
+    @gluon.jit
+    def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QRAW, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2,
+                          MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)  # fp8 A from registers
@@ -157,21 +202,26 @@ if HAS_GLUON:
             mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
 
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_smem)
+        if not FUSE_Q:
+            mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_smem)
         for i in gl.static_range(STAGES):
             if i <= n_off:
                 _issue_tile(i, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
                             STAGES, BLOCK)
 
         offs_m = first + gl.arange(0, BM, layout=ROW)
-        qs = gl.load(QS + bh.to(gl.int64) * S + offs_m) * qk_scale
+        if FUSE_Q:  # the first K / Vᵀ tiles are in flight: quantize this program's Q rows meanwhile
+            qs = gl.convert_layout(_quantize_q_rows(QRAW, QS, q_desc, q_smem, bh, first, S, TINY, BM, D), ROW)
+            qs = qs * qk_scale
+        else:
+            qs = gl.load(QS + bh.to(gl.int64) * S + offs_m) * qk_scale
+            mbarrier.wait(q_bar, 0)
         m_i = gl.full([BM], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BM], gl.float32, ROW)
         acc = gl.zeros([BM, D], gl.float32, L)
         zero = gl.zeros([BM, BLOCK], gl.float32, L)
         cv = 1.0
-        mbarrier.wait(q_bar, 0)
 
         if PIPE == 3:  # one accumulator chained through the P·V products (`attention_fwd`'s CHAIN): no
             # fresh [BM, D] product tile, so ~64 registers fewer and three programs per SM (maxnreg)
@@ -194,6 +244,26 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        elif PIPE == 4:  # chained, with P·V(t) and QKᵀ(t + 1) issued back to back: one wait per tile
+            mbarrier.wait(ready.index(0), 0)
+            s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            for t in range(0, n_off):
+                stage = t % STAGES
+                nxt = (t + 1) % STAGES
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
+                vsb = gl.load(VBS + kvb_off + t)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                acc = acc * (alpha * (cv / vsb))[:, None]
+                acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
+                mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
+                s = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
+                cv = vsb
+                if t + STAGES <= n_off:  # stage t is free: both products reading it have retired
+                    _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
+                                v_smem, ready, STAGES, BLOCK)
+            stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -286,6 +356,8 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(q_bar)
+        if FUSE_Q:
+            tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
 
         o = (acc / l_i[:, None]).to(gl.bfloat16)
         offs_d = gl.arange(0, D, layout=COL)
@@ -295,14 +367,17 @@ if HAS_GLUON:
         gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
         gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
         if SAVE_O8:
-            o8, os = _o8_rows(o.to(gl.float32), TINY, BM, D)
-            gl.store(O8 + rows, o8)
+            v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
             gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
+            if finite:  # the stores inside the branches: joining the bytes would unpack them (`_e4m3_bytes`)
+                gl.store(O8 + rows, v.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
+            else:
+                gl.store(O8 + rows, _e4m3_bytes(v))
 
 
 def _registers(pipe: int) -> dict:
     """The chained variant (pipe 3) fits 168 registers a thread: three programs of 4 warps per SM."""
-    return {"maxnreg": MAXNREG_CHAIN} if pipe == 3 else {}
+    return {"maxnreg": MAXNREG_CHAIN} if pipe in (3, 4) else {}
 
 
 def _fp8_layout(block_shape):
@@ -329,12 +404,15 @@ def descriptors(q, k, v):
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
-def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None):
+def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
+            q_raw: torch.Tensor | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
-    waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM)."""
-    if pipe not in (0, 1, 2, 3):
-        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
+    waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
+    q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
+    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
+    if pipe not in (0, 1, 2, 3, 4):
+        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3, 4")
     stages = default_stages(pipe) if stages is None else stages
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
@@ -346,9 +424,10 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
     _fwd_gluon_kernel[(seq // BM, b * hq)](
-        *descriptors(q, k, v), q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o, o8, o_scale, lse2, moff,
-        sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards,
-        SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, num_warps=NUM_WARPS, **_registers(pipe),
+        *descriptors(q, k, v), q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
+        v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
+        BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
+        num_warps=NUM_WARPS, **_registers(pipe),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -209,12 +209,15 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     ops = [argparse.Namespace(vals=tensor(1, 1, seq, d)) for _ in range(2)]
     ops[1].off = argparse.Namespace(vals=tensor(1, 1, seq, d))
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
+    fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
-                  PIPE=pipe)
+                  PIPE=pipe, FUSE_Q=fuse_q)
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v),
-                         ["*fp32"] * 5 + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
+                         ["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
+                         + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
                          {"num_warps": G.NUM_WARPS, **G._registers(pipe)})
-    label = f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
+    label = (f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
+             + ("" if fuse_q else ":qpass"))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
@@ -258,7 +261,8 @@ def main(argv=None) -> int:
     print(f"{'kernel':9s} {'config':28s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s}")
     for kernel in args.kernels:
         for cfg in [{}, *args.configs]:
-            if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or kernel != "fwd" and {"BPTR", "fuse_q"} & set(cfg)
+            forward = kernel in ("fwd", "fwd_gluon")
+            if (kernel == "fwd" and {"sub", "dq", "bn"} & set(cfg) or not forward and {"BPTR", "fuse_q"} & set(cfg)
                     or kernel == "dkdv" and "bm" in cfg or kernel == "dq" and "bn" in cfg):
                 continue  # a backward-only option for the forward, or the forward's for the backward
             if args.qk_mx and kernel != "fwd":

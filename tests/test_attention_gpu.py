@@ -275,6 +275,45 @@ def test_gpu_fused_q_matches_the_prepass(bm):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
 
 
+def test_gpu_gluon_fused_q_matches_the_prepass():
+    """The fast path's default on sm_90: the Gluon forward quantizes its own Q rows (`fuses_q`). Its Q bytes
+    and scales are the pre-pass's, and O, the statistics and O's fp8 copy those of the Gluon forward on
+    the pre-pass's Q (GQA, B > 1, S not a power of two); end to end, fwd + bwd, bit-identical to
+    the pre-pass launch, and the forward without gradients returns the same O."""
+    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
+    assert attention_fwd.fuses_q(q, spec, True, True, False)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    want = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True)
+    fused_q = attention_fwd.fused_q_operand(q)
+    got = attention_fwd_gluon.forward(fused_q, ops.k, ops.v, True, 128 ** -0.5, True, q_raw=q.contiguous())
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    assert torch.equal(bits(fused_q.vals), bits(ops.q.vals)) and torch.equal(fused_q.scale, ops.q.scale)
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, want, strict=True))
+
+    calls, original = [], attention_fwd_gluon.forward
+    attention_fwd_gluon.forward = lambda *a, **kw: calls.append(kw.get("q_raw") is not None) or original(*a, **kw)
+    try:
+        fused = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+        with torch.no_grad():
+            inference = flamia_attention(q, k, v, "fp8")
+    finally:
+        attention_fwd_gluon.forward = original
+    assert calls == [True, True]  # the Gluon kernel ran with fused Q, with and without gradients
+    default = attention_fwd.launch_config
+    attention_fwd.launch_config = lambda d, emulated: {**default(d, emulated), "fuse_q": False}
+    try:
+        prepass = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    finally:
+        attention_fwd.launch_config = default
+    assert all(torch.equal(a, b) for a, b in zip(fused, prepass, strict=True))
+    assert torch.equal(inference, fused[0])
+
+
 def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
     """The Blackwell path's kernel code (mxfp8 QKᵀ as tl.dot_scaled over bytes and E8M0 codes) run on
     this GPU through Triton's bf16 decomposition, against the default path's bf16 products of the
