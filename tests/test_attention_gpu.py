@@ -294,6 +294,13 @@ def test_gpu_gluon_fused_q_matches_the_prepass():
     bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
     assert torch.equal(bits(fused_q.vals), bits(ops.q.vals)) and torch.equal(fused_q.scale, ops.q.scale)
     assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, want, strict=True))
+    bad = q.clone()  # tiles holding NaN or ±Inf take the kernel's other branch (E4M3 NaN with its sign)
+    bad[0, 1, 70, 3], bad[1, 5, 1000, 9], bad[1, 6, 1500, :2] = float("nan"), -float("nan"), float("inf")
+    bad_q = attention_fwd.fused_q_operand(bad)
+    attention_fwd_gluon.forward(bad_q, ops.k, ops.v, True, 128 ** -0.5, False, q_raw=bad)
+    bytes_, scale = QZ.quantize_fp8_per_token(bad)
+    assert torch.equal(bits(bad_q.vals), bits(bytes_))  # NaN scales compare as bits
+    assert torch.equal(bad_q.scale.view(torch.int32), scale[..., 0].contiguous().view(torch.int32))
 
     calls, original = [], attention_fwd_gluon.forward
     attention_fwd_gluon.forward = lambda *a, **kw: calls.append(kw.get("q_raw") is not None) or original(*a, **kw)
