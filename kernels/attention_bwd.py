@@ -44,7 +44,6 @@ from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
-from .program_order import heads_per_group
 from .reference import DS_TILE
 
 if HAS_TRITON:
@@ -53,7 +52,6 @@ if HAS_TRITON:
 
     from .attention_bwd_copies import row_stats, scaled_do
     from .attention_quant import finite_row_max, mma, p_fp8_scaled, quant_rows, to_bf16
-    from .program_order import order
 
     @triton.jit
     def _dp_product(a, b, INTERP: tl.constexpr):
@@ -145,16 +143,15 @@ if HAS_TRITON:
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
-                     DV, DQA, RD, RB, QB, DOB, qk_scale, sm_scale, P_GLOB, S, G, HKV, NH, HG, D: tl.constexpr,
-                     BN: tl.constexpr,
+                     DV, DQA, RD, RB, QB, DOB, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
                      BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
                      SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
                      K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
                      TB: tl.constexpr = 128, R_PRE: tl.constexpr = False, PRE: tl.constexpr = False,
                      DP_EARLY: tl.constexpr = True):
         """dK, dV of one BN-key tile, BN = TB (the forward's tile) or a part of it (R_PRE then)."""
-        pid_n, bhk = order(tl.program_id(0), S // BN, NH, HG)  # longest first (the first keys), by groups of heads
-        bhk = bhk.to(tl.int64)  # b * Hkv + h_kv
+        pid_n = tl.program_id(0)
+        bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
         offs_d = tl.arange(0, D)
         rows = bhk * S * D + offs_n[:, None] * D + offs_d[None, :]
@@ -276,16 +273,14 @@ if HAS_TRITON:
 
     @triton.jit
     def _dq_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ,
-                   KBF, KBBF, VR, VBR, qk_scale, sm_scale, P_GLOB, S, G, HKV, NH, HG, D: tl.constexpr,
-                   BM: tl.constexpr,
+                   KBF, KBBF, VR, VBR, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BM: tl.constexpr,
                    BN: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, TINY: tl.constexpr,
                    INTERP: tl.constexpr,
                    HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False,
                    TB: tl.constexpr = 128, PRE: tl.constexpr = False, DP_EARLY: tl.constexpr = True):
         """dQ of BM query rows, BM = TB (the forward's tile) or half of it."""
-        rank, bh = order(tl.program_id(0), S // BM, NH, HG)  # longest causal rows first, by groups of heads
-        pid_m = S // BM - 1 - rank
-        bh = bh.to(tl.int64)
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
+        bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = tl.arange(0, D)
@@ -407,12 +402,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     pre = config.pop("pre", False)
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
-    # heads per group whose programs start together, longest first (`program_order`; 1: head after head):
-    # what a dK/dV program reads per K/V head (Q8, dO8 and their bf16 copies for its G query heads, 6·S·D·G
-    # bytes) and a dQ program per query head (K's bf16 copies, V's rows, K8 and its copy: 8·S·D / G)
-    group = hq // hkv
-    groups = (config.pop("head_group", None) or heads_per_group(b * hkv, 6 * seq * d * group),
-              config.pop("dq_head_group", None) or heads_per_group(b * hq, max(1, 8 * seq * d // group)))
     if pre and not pre_eligible(q, k, v, do, spec):
         raise ValueError(f"backward config pre=True needs fp8 Q, K, V and dO with pv=fp8 and ds=bf16, the spec is "
                          f"{spec}; use pre=False")
@@ -465,10 +454,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     if on_gluon and which != "dq":
         dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), r_diag,
-                                          r_tile, safeguards, sm_scale, head_group=groups[0])
+                                          r_tile, safeguards, sm_scale)
     elif which != "dq" or fuse:
-        _dkdv_kernel[((seq // bn) * b * hkv,)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, *scalars, b * hkv,
-                                               groups[0], BN=bn, BM=sub,
+        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, *scalars, BN=bn, BM=sub,
                                            PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
                                            R_PRE=bn != block, PRE=pre, DP_EARLY=dp_early, **common, **config)
     if fuse:
@@ -476,7 +464,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     else:
         dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
         if which != "dkdv":
-            _dq_kernel[((seq // bm) * b * hq,)](*args, dq, kbf, kbbf, vr, vbr, *scalars, b * hq, groups[1], BM=bm,
-                                                BN=dq_sub, TB=block,
+            _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
                                             PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
     return dq, dk, dv

@@ -37,8 +37,6 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .program_order import gluon_order
-
 BN = 64  # keys per program: one warpgroup's wgmma M
 BM = 32  # queries per sub-tile
 TB = 128  # the forward's key tile (token block)
@@ -112,7 +110,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, QS, LSE2, MOFF,
-                           DELTA, DOS, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, NH, HG,
+                           DELTA, DOS, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G,
                            D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
                            STAGES: gl.constexpr, SAFE: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
@@ -122,7 +120,8 @@ if HAS_GLUON:
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
         BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # the diagonal's dO rows
 
-        pid_n, bhk = gluon_order(gl.program_id(0), S // BN, NH, HG)  # the first keys (longest) first, by head groups
+        pid_n = gl.program_id(0)
+        bhk = gl.program_id(1)
         first = pid_n * BN
         t = first // TB
         rb = bhk.to(gl.int64) * (S // TB) + t
@@ -268,20 +267,18 @@ def descriptors(q, k, do, qb, dob, vr, vbr):
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
-def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float,
-         head_group: int = 1):
+def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
     copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); r_diag, r_tile: the fold's
-    row factors, `attention_bwd._fold_rows`; head_group: heads whose programs start together, longest first,
-    `program_order`)."""
+    row factors, `attention_bwd._fold_rows`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dob, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
-    _dkdv_gluon_kernel[((seq // BN) * b * hkv,)](
+    _dkdv_gluon_kernel[(seq // BN, b * hkv)](
         *descriptors(q, k, do, qb, dob, vr, vbr), q.scale, lse2, moff, delta, do.scale, k.scale,
         k.off.scale, v.scale, v.off.scale, r_diag, r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq,
-        hq // hkv, b * hkv, head_group, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, num_warps=NUM_WARPS,
+        hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, num_warps=NUM_WARPS,
     )
     return dk, dv

@@ -42,14 +42,12 @@ from . import attention_fwd_gluon
 from ._triton_env import HAS_TRITON, INTERPRET, gluon_unavailable
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
-from .program_order import heads_per_group
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     from .attention_quant import finite_row_max, fp8_row_bytes, mma, p_fp8_scaled, quant_rows, to_bf16
-    from .program_order import order
 
     @triton.jit
     def _key_rows(P, off, start, offs_d, S, D: tl.constexpr, BLOCK: tl.constexpr, BPTR: tl.constexpr):
@@ -191,15 +189,14 @@ if HAS_TRITON:
 
     @triton.jit
     def _fwd_kernel(Q, QS, Q8, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, QE, KE,
-                    qk_scale, P_GLOB, S, G, HKV, NH, HG, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                    qk_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
                     QK_MX: tl.constexpr = False, BM: tl.constexpr = 128, FUSE_Q: tl.constexpr = False):
-        n_m = S // BM
-        rank, bh = order(tl.program_id(0), n_m, NH, HG)  # longest causal rows first, by groups of heads
-        pid_m = n_m - 1 - rank
-        bh = bh.to(tl.int64)  # b * Hq + h
+        n_m = tl.num_programs(0)
+        pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
+        bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
         first = pid_m * BM  # the program's first query row; BM divides BLOCK
         offs_m = first + tl.arange(0, BM)
@@ -368,19 +365,15 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
-    # heads whose K and Vᵀ (the per-token bytes and the token-block copies: 4·S·D bytes per K/V head) a
-    # group keeps in L2 while its programs run longest first (`program_order`); 1: head after head
-    head_group = config.pop("head_group", None) or heads_per_group(b * hq, max(1, 4 * seq * d // group))
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
-                                           q_raw=q_in if q_raw is not None else None, head_group=head_group)
+                                           q_raw=q_in if q_raw is not None else None)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")
-    _fwd_kernel[((seq // bm) * b * hq,)](
+    _fwd_kernel[(seq // bm, b * hq)](
         q_in, q.scale, q8_out, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
-        *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1], b * hq,
-        head_group,
+        *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
         V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None, **config,

@@ -44,8 +44,6 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from .program_order import gluon_order
-
 BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
@@ -175,7 +173,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QRAW, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2,
-                          MOFF, qk_scale, S, G, NH, HG, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+                          MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
@@ -184,9 +182,9 @@ if HAS_GLUON:
         ROW: gl.constexpr = gl.SliceLayout(1, L)
         COL: gl.constexpr = gl.SliceLayout(0, L)
 
-        n_m = S // BM
-        rank, bh = gluon_order(gl.program_id(0), n_m, NH, HG)  # longest causal rows first, by groups of heads
-        pid_m = n_m - 1 - rank
+        n_m = gl.num_programs(0)
+        pid_m = n_m - 1 - gl.program_id(0)  # longest causal rows first, as the Triton kernel
+        bh = gl.program_id(1)
         bhk = bh // G
         first = pid_m * BM
         diag = first // BLOCK * BLOCK
@@ -407,13 +405,12 @@ def descriptors(q, k, v):
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, head_group: int = 1):
+            q_raw: torch.Tensor | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
-    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales.
-    head_group: heads whose programs start together, longest first (`program_order`)."""
+    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
     if pipe not in (0, 1, 2, 3, 4):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3, 4")
     stages = default_stages(pipe) if stages is None else stages
@@ -426,11 +423,11 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
-    _fwd_gluon_kernel[((seq // BM) * b * hq,)](
+    _fwd_gluon_kernel[(seq // BM, b * hq)](
         *descriptors(q, k, v), q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
-        v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, b * hq,
-        head_group, D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
-        PIPE=pipe, FUSE_Q=q_raw is not None, num_warps=NUM_WARPS, **_registers(pipe),
+        v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
+        BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
+        num_warps=NUM_WARPS, **_registers(pipe),
     )
     if not save_o8:
         return o, lse2, moff, None, None

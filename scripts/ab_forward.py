@@ -21,19 +21,18 @@ import statistics
 import torch
 from bench_attention import bench, peer_fn, shape_for
 from flamia_kernels import flamia_attention
-from launch_configs import flag, launch_overrides
+from launch_configs import _FLAGS, launch_overrides
 
 
 def variant_launch(name: str) -> dict:
-    """"default" -> {}, "hg1+qpass" -> {"fwd": {"head_group": 1, "fuse_q": False}}."""
+    """"default" -> {}, "pipe4+qpass" -> {"fwd": {"pipe": 4, "fuse_q": False}}."""
     if name == "default":
         return {}
     fwd = {}
-    for part in name.split("+"):
-        try:
-            key, value = flag(part)
-        except ValueError as err:
-            raise SystemExit(f"variant {name!r}: {err}, or default") from None
+    for flag in name.split("+"):
+        if flag not in _FLAGS:
+            raise SystemExit(f"variant {name!r}: unknown flag {flag!r}; allowed {', '.join(_FLAGS)} or default")
+        key, value = _FLAGS[flag]
         fwd[key] = value
     return {"fwd": fwd}
 

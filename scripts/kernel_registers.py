@@ -60,8 +60,7 @@ def _import_kernels():
 
 def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
     """Triton signature of a jit function: constexprs by name, pointers by name, scalars by kind."""
-    scalars = {"S": "i32", "G": "i32", "HKV": "i32", "NH": "i32", "HG": "i32", "qk_scale": "fp32", "sm_scale": "fp32",
-               "P_GLOB": "fp32"}
+    scalars = {"S": "i32", "G": "i32", "HKV": "i32", "qk_scale": "fp32", "sm_scale": "fp32", "P_GLOB": "fp32"}
     sig = {}
     for name in inspect.signature(fn).parameters:
         if name in constexprs:
@@ -164,7 +163,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     # the JIT specializes 16-byte-aligned pointers and integers divisible by 16 (every launch here): without
     # these hints addresses are computed per element and loads are not vectorized
     attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(sig.items())
-             if kind.startswith("*") or kind == "i32" and name not in ("NH", "HG")}  # head counts: any value
+             if kind.startswith("*") or kind == "i32"}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
     label = (f"{options['num_warps']}x{options['num_stages']}" + (":bptr" if consts.get("BPTR") else "")
@@ -215,7 +214,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                   PIPE=pipe, FUSE_Q=fuse_q)
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v),
                          ["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
-                         + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32", "i32", "i32"], consts,
+                         + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
                          {"num_warps": G.NUM_WARPS, **G._registers(pipe)})
     label = (f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
              + ("" if fuse_q else ":qpass"))
@@ -236,7 +235,7 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards)
     ptx = _compile_gluon(G._dkdv_gluon_kernel, G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8)),
                          ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 6
-                         + ["*bf16", "*bf16", "fp32", "fp32"] + ["i32"] * 4, consts, {"num_warps": G.NUM_WARPS})
+                         + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, {"num_warps": G.NUM_WARPS})
     return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 

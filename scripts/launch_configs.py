@@ -20,9 +20,6 @@ imports them when it runs).
       :pre     backward: read bf16 copies of Q, K, the scaled dO and V's rows (pre; fp8 operands)
       :late    backward: issue dP after the softmax work instead of before it (dp_early off)
       :dkdv / :dq         backward: run one kernel only
-      :triton  forward and backward: the Triton kernels even where the Gluon ones apply
-      :hgN     forward, dK/dV: programs start longest first by groups of N heads (kernels/program_order.py;
-               1 = head after head, the order before), :dqhgN the same for the dQ kernel
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
                path's pre / half / x32 launch)
 """
@@ -32,12 +29,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
-          "qpass": ("fuse_q", False), "gluon": ("gluon", True), "triton": ("gluon", False),
-          "pipe0": ("pipe", 0), "pipe1": ("pipe", 1), "pipe2": ("pipe", 2), "chain": ("pipe", 3), "pipe4": ("pipe", 4),
+          "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
+          "pipe2": ("pipe", 2), "chain": ("pipe", 3), "pipe4": ("pipe", 4),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
@@ -53,22 +49,12 @@ def parse_config(text: str) -> dict:
     if len(parts) == 3:
         cfg["sub"] = int(parts[2])
     for extra in extras:
-        try:
-            key, value = flag(extra)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(f"config {text!r}: {err}") from None
+        if extra not in _FLAGS:
+            raise argparse.ArgumentTypeError(
+                f"config {text!r}: unknown part {extra!r}; allowed {', '.join(_FLAGS)}")
+        key, value = _FLAGS[extra]
         cfg[key] = value
     return cfg
-
-
-def flag(extra: str) -> tuple[str, object]:
-    """One option of a config: "pipe4" -> ("pipe", 4), "hg8" -> ("head_group", 8)."""
-    if extra in _FLAGS:
-        return _FLAGS[extra]
-    match = re.fullmatch(r"(dq)?hg([1-9][0-9]*)", extra)
-    if match:
-        return ("dq_head_group" if match.group(1) else "head_group"), int(match.group(2))
-    raise ValueError(f"unknown part {extra!r}; allowed {', '.join(_FLAGS)}, hgN, dqhgN")
 
 
 def parse_configs(text: str) -> list[dict]:
