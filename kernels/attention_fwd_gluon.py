@@ -55,7 +55,7 @@ MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded do
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
-    return 2 if pipe in (3, 4) else STAGES
+    return 2 if pipe == 3 else STAGES
 
 
 def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
@@ -244,26 +244,6 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        elif PIPE == 4:  # chained, with P·V(t) and QKᵀ(t + 1) issued back to back: one wait per tile
-            mbarrier.wait(ready.index(0), 0)
-            s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-            for t in range(0, n_off):
-                stage = t % STAGES
-                nxt = (t + 1) % STAGES
-                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
-                vsb = gl.load(VBS + kvb_off + t)
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
-                acc = acc * (alpha * (cv / vsb))[:, None]
-                acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
-                mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
-                s = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
-                acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
-                cv = vsb
-                if t + STAGES <= n_off:  # stage t is free: both products reading it have retired
-                    _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
-                                v_smem, ready, STAGES, BLOCK)
-            stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -377,7 +357,7 @@ if HAS_GLUON:
 
 def _registers(pipe: int) -> dict:
     """The chained variant (pipe 3) fits 168 registers a thread: three programs of 4 warps per SM."""
-    return {"maxnreg": MAXNREG_CHAIN} if pipe in (3, 4) else {}
+    return {"maxnreg": MAXNREG_CHAIN} if pipe == 3 else {}
 
 
 def _fp8_layout(block_shape):
@@ -411,8 +391,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
     `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
-    if pipe not in (0, 1, 2, 3, 4):
-        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3, 4")
+    if pipe not in (0, 1, 2, 3):
+        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     stages = default_stages(pipe) if stages is None else stages
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")

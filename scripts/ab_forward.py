@@ -1,7 +1,7 @@
 """A/B of the fp8 forward's launch variants on CUDA, interleaved with cuDNN in one process.
 
     python scripts/ab_forward.py                                   # S = 8k and 16k, D = 128
-    python scripts/ab_forward.py --seqs 8192 --variants default qpass pipe4 --rounds 3
+    python scripts/ab_forward.py --seqs 8192 --variants default qpass pipe2 --rounds 3
 
 Why: readings of one forward vary by a few percent between calls and even between slots of one call
 (docs/benchmarks.md), while the variants this compares differ by about that much. So every variant and
@@ -10,7 +10,7 @@ rounds: a drift of the machine touches all of them alike. Two modes per variant:
 (what scripts/bench_attention.py's speed table times for every backend) and `train-fwd`, the forward
 of a training step (inputs that require grad: the backward's saved copies are written). Variants are
 launch options on top of the default forward launch (scripts/launch_configs.py's flags, e.g.
-`qpass` = Q through the pre-pass, `pipe4`); `default` adds none. Never imported by the package.
+`qpass` = Q through the pre-pass, `pipe2`); `default` adds none. Never imported by the package.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from launch_configs import _FLAGS, launch_overrides
 
 
 def variant_launch(name: str) -> dict:
-    """"default" -> {}, "pipe4+qpass" -> {"fwd": {"pipe": 4, "fuse_q": False}}."""
+    """"default" -> {}, "pipe2+qpass" -> {"fwd": {"pipe": 2, "fuse_q": False}}."""
     if name == "default":
         return {}
     fwd = {}
@@ -40,7 +40,7 @@ def variant_launch(name: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", type=int, nargs="+", default=[8192, 16384])
-    ap.add_argument("--variants", nargs="+", default=["default", "qpass", "pipe4"])
+    ap.add_argument("--variants", nargs="+", default=["default", "qpass"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()

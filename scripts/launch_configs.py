@@ -12,8 +12,7 @@ imports them when it runs).
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
-               three programs per SM; :pipe4 chained too, with P·V(t) and QKᵀ(t + 1) issued back to back
-               (one wait per tile); :pipe2 / :pipe1 / :pipe0 fresh P·V products, with the next QKᵀ, the
+               three programs per SM; :pipe2 / :pipe1 / :pipe0 fresh P·V products, with the next QKᵀ, the
                previous P·V or nothing in flight during the softmax
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
@@ -33,7 +32,7 @@ from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
-          "pipe2": ("pipe", 2), "chain": ("pipe", 3), "pipe4": ("pipe", 4),
+          "pipe2": ("pipe", 2), "chain": ("pipe", 3),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
