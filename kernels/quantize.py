@@ -130,6 +130,33 @@ if HAS_TRITON:
             tl.store(Ptr + offs, byte, mask=mask)
 
     @triton.jit
+    def _e4m3_pairs(v):
+        """fp32 [..., 2] -> int16 [...]: the E4M3 bytes of v[..., 0] (low byte) and v[..., 1] (high byte),
+        the hardware's (no NaN fix). One cvt per pair, with Triton's own f32 -> float8e4nv instruction
+        and operand order (`Fp32_to_Fp8E4M3Nv`: "$0, $2, $1", element 0 in the low byte), so the bytes
+        are `.to(tl.float8e4nv)`'s; the cast itself would hand them over as two int8 that the packing
+        unpacks and joins again (the Vᵀ key-side pass: 968 against 912 SASS instructions per program at
+        16 warps on the finite path)."""
+        lo, hi = tl.split(v)
+        return tl.inline_asm_elementwise("cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,r,r", [lo, hi],
+                                         dtype=tl.int16, is_pure=True, pack=1)
+
+    @triton.jit
+    def _store_e4m3_pairs(Ptr, mask, v, no_nan):
+        """`_store_e4m3` for token pairs: v [R, C, 2, 2 (token)] -> E4M3 bytes stored two tokens to an
+        int16 (the first token's byte low: little-endian, it lies first) at Ptr [2, C, R] (int16
+        pointers, v's axes reversed); returns their values (fp32, signed)."""
+        if _HW_FP8 and no_nan:
+            tl.store(Ptr, tl.permute(_e4m3_pairs(v), (2, 1, 0)), mask=mask)
+            value = v.to(tl.float8e4nv).to(tl.float32)  # ptxas reuses the conversion of `_e4m3_pairs`
+        else:
+            code = _e4m3_code(v)
+            lo, hi = tl.split(code)
+            tl.store(Ptr, tl.permute(((lo & 0xFF) | (hi << 8)).to(tl.int16), (2, 1, 0)), mask=mask)
+            value = _e4m3_value(code)
+        return value
+
+    @triton.jit
     def _e4m3_value(byte):
         """E4M3 byte (int32) -> fp32 with its sign, exactly (`_e4m3_signed`)."""
         if _HW_FP8:
@@ -245,6 +272,48 @@ if HAS_TRITON:
         tl.store(Y8 + offs, out, mask=mask)
 
     @triton.jit
+    def _key_side_token_pairs(
+        X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):
+        """`_fp8_key_side_kernel`'s TRANSPOSED program (Vᵀ: both byte tiles [D, S]) with the same bytes
+        and scales, transposed two tokens at a time. Each E4M3 pair of consecutive tokens at one d is one
+        int16 (`_e4m3_pairs`), so the transposition through shared memory moves 16-bit words (stmatrix
+        .trans on sm_90) instead of bytes one by one (`tl.trans` of the uint8 tile: an LDS.U8 per byte,
+        then PRMTs to pack them). The tile is read as [S/2, D/2, 2 (d half), 2 (token)]: the token pair
+        and the d halves joined in-thread, so each thread holds two tokens × 16 d as the K program does
+        (two tokens' scale divisions per thread; the token pairs alone, [S/2, D, 2], gave it four).
+        sm_90 SASS per program (128 × 128, scripts/compile_prepass.py's options), byte-by-byte -> pairs:
+        16 warps 1944 -> 1456 (K 1400), 8 warps 3552 -> 2496 (K 2512); the finite path alone, 16 warps
+        1144 -> 912 (K 848)."""
+        HALF: tl.constexpr = BLOCK_D // 2
+        rows = pid_s * BLOCK_S + 2 * tl.arange(0, BLOCK_S // 2)  # the first token of each pair
+        dl = tl.arange(0, HALF)
+        src = X + bh * S * D + rows[:, None] * D + dl[None, :]
+        m_lo, m_hi = dl[None, :] < D, dl[None, :] + HALF < D
+        x = tl.join(
+            tl.join(tl.load(src, mask=m_lo, other=0.0), tl.load(src + HALF, mask=m_hi, other=0.0)),
+            tl.join(tl.load(src + D, mask=m_lo, other=0.0), tl.load(src + D + HALF, mask=m_hi, other=0.0)),
+        ).to(tl.float32)  # [S/2, D/2, 2 (d half), 2 (token)]
+        amax_bits = tl.max(tl.max(_abs_bits(x), axis=2), axis=1)  # (S/2, 2): per token
+        scale = tl.math.div_rn(_clamp_tiny(amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+        tl.store(Scale + bh * S + rows[:, None] + tl.arange(0, 2)[None, :], scale)
+        scale = scale[:, None, None, :]
+        # outputs as int16 [2 (d half), D/2, S/2]: bytes d * S + token, token pairs 2-byte aligned (S even)
+        d = tl.arange(0, 2)[:, None, None] * HALF + dl[None, :, None]
+        offs, out_mask = bh * S * D + d * S + pid_s * BLOCK_S, d < D
+        pairs = tl.arange(0, BLOCK_S // 2)[None, None, :]
+        row_finite = tl.max(tl.max(amax_bits, axis=1), axis=0) < _INF_BITS  # then no quotient x / scale is NaN
+        xt = _store_e4m3_pairs((X8 + offs).to(tl.pointer_type(tl.int16)) + pairs, out_mask,
+                               _div_by_shared(x, scale), row_finite)
+        xt = xt * scale  # the per-token values, exactly
+        bamax_bits = tl.max(tl.max(tl.max(tl.max(_abs_bits(xt), axis=3), axis=2), axis=1), axis=0)
+        bscale = tl.math.div_rn(_clamp_tiny(bamax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+        tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
+        _store_e4m3_pairs((XB8 + offs).to(tl.pointer_type(tl.int16)) + pairs, out_mask,
+                          _div_by_shared(xt, bscale), bamax_bits < _INF_BITS)
+
+    @triton.jit
     def _fp8_key_side_kernel(
         X, X8, Scale, XB8, BScale, S, D,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
@@ -253,6 +322,9 @@ if HAS_TRITON:
         scales and the token-block copy re-quantized from them (TRANSPOSED: both as [D, S])."""
         bh = tl.program_id(0).to(tl.int64)
         pid_s = tl.program_id(1)
+        if TRANSPOSED and BLOCK_S >= 2 and BLOCK_D >= 2:  # Vᵀ two tokens at a time; else byte by byte
+            _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D)
+            return
         offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
         offs_d = tl.arange(0, BLOCK_D)
         mask = offs_d[None, :] < D
