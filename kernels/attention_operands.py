@@ -176,13 +176,17 @@ def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, bl
         v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
 
 
+def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool) -> Operand:
+    """The Operand of a fused key-side pass's outputs (`quantize.quantize_fp8_key_side`)."""
+    vals = x8.transpose(-1, -2) if transposed else x8
+    return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed))
+
+
 def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool, off: bool) -> Operand:
     """K or V quantized; fp8 with `off` also carries its off-diagonal copy (one fused pass in
     `quantize`, else `off_diagonal` after the per-token quantizer: the same bytes)."""
     if off and fmt == "fp8" and leak is None and impl is not F:
-        x8, scale, xb8, bscale = impl.quantize_fp8_key_side(x, block, transposed)
-        vals = x8.transpose(-1, -2) if transposed else x8
-        return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed))
+        return _key_side_operand(*impl.quantize_fp8_key_side(x, block, transposed), block, transposed)
     op = quantize_operand(x, fmt, impl, leak, transposed=transposed)
     if off and fmt == "fp8":
         op.off = off_diagonal(op, block, impl, leak is not None, transposed)
@@ -204,8 +208,14 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
             quantize_operand(k, spec.qk, impl, leak, mx_parts=True),
             _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
         )
+    q_op = quantize_operand(q, spec.qk, impl, leak) if quantize_q else None
+    if (off_diagonal and v_transposed and leak is None and spec.qk == spec.pv == "fp8" and impl is not F
+            and k.shape == v.shape):  # K's and Vᵀ's passes in one launch
+        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block)
+        return ForwardOperands(q_op, _key_side_operand(*k_parts, block, False),
+                               _key_side_operand(*v_parts, block, True))
     return ForwardOperands(
-        quantize_operand(q, spec.qk, impl, leak) if quantize_q else None,
+        q_op,
         _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),
         _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
     )

@@ -43,6 +43,7 @@ VARIANTS = {
     # the key side's default is 16 warps since session 6 (8 before: 0.263 / 0.283 ms at 8k)
     "k key side": [None, {"num_warps": 8}, {"num_warps": 32}],
     "v key side (Vᵀ)": [None, {"num_warps": 8}, {"num_warps": 32}],
+    "k and v key sides, one launch": [None, {"num_warps": 8}],
 }
 
 
@@ -63,6 +64,9 @@ def main() -> None:
         "q per token": (lambda launch: QZ.quantize_fp8_per_token(x, launch=launch), 2 * n + n + 4 * n // args.dim),
         "k key side": (lambda launch: QZ.quantize_fp8_key_side(x, args.block, launch=launch), 2 * n + 2 * n),
         "v key side (Vᵀ)": (lambda launch: QZ.quantize_fp8_key_side(x, args.block, True, launch=launch), 2 * n + 2 * n),
+        "k and v key sides, one launch": (
+            lambda launch: [t for part in QZ.quantize_fp8_key_sides(x, x, args.block, launch=launch) for t in part],
+            2 * (2 * n + 2 * n)),
     }
     print(f"pre-pass parts, B×H = {args.batch}×{args.heads}, S = {args.seq}, D = {args.dim}, "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}")

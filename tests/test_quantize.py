@@ -382,3 +382,30 @@ def test_prepass_launch_override_errors():
         Q.quantize_fp8_key_side(x, 128, launch={"rows": 64})
     with pytest.raises(ValueError, match="pre-pass launch num_warps=6: a power of two"):
         Q.quantize_fp8_per_token(x, launch={"num_warps": 6})
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("family", ["normal", "outliers", "tiny", "ties"])
+def test_key_sides_in_one_launch_match_the_separate_passes(device, family):
+    """`quantize_fp8_key_sides` (the forward's K and Vᵀ in one launch, programs alternating) writes the
+    bytes and scales of `quantize_fp8_key_side` on each, NaN / ±Inf tiles included (compared as bits);
+    prepare_forward takes it for fp8 K and Vᵀ with their copies."""
+    if device == "cpu" and not can_run_triton(torch.empty(0)):
+        pytest.skip("the Triton pass runs on the CPU under TRITON_INTERPRET=1 only")
+    from flamia_kernels import AttentionSpec
+    from flamia_kernels.attention_operands import prepare_forward
+
+    k = make_input(family, (2, 3, 256, 64), "fp8_key_side", seed=47).to(device)
+    v = make_input(family, (2, 3, 256, 64), "fp8_key_side", seed=53).to(device)
+    k[0, 1, 5, 7], v[1, 2, 70, 40], v[1, 0, 255, 0] = float("nan"), float("inf"), -float("inf")
+    bits = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)  # noqa: E731
+    got = Q.quantize_fp8_key_sides(k, v, 64)
+    want = (Q.quantize_fp8_key_side(k, 64), Q.quantize_fp8_key_side(v, 64, transposed=True))
+    for g, w in zip(got, want, strict=True):
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(g, w, strict=True))
+    ops = prepare_forward(k, k, v, AttentionSpec.parse("fp8"), True, Q, 64, v_transposed=True)
+    assert torch.equal(bits(ops.v.vals_t), bits(want[1][0])) and torch.equal(bits(ops.v.off.vals), bits(want[1][2]))
+    assert torch.equal(bits(ops.k.off.scale), bits(want[0][3]))
+    with pytest.raises(ValueError, match="must have one shape"):
+        Q.quantize_fp8_key_sides(k, v[:, :2], 64)
