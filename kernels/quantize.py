@@ -699,8 +699,8 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     """`quantize_fp8_key_side(k, block)` and `quantize_fp8_key_side(v, block, transposed=True)` in one
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
-    (two 16-warp programs per SM; separately, K 0.081 and Vᵀ 0.115 ms before 5f9d9b0 at S = 8k,
-    B×H = 64, D = 128 on the H200). launch: benchmark override {"num_warps"}."""
+    (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
+    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     launch = _check_launch(launch, ("num_warps",))
@@ -720,7 +720,9 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     _fp8_key_sides_kernel[(2 * bh, seq // block)](
         k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
         vbs, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim),
-        num_warps=launch.get("num_warps") or (4 if INTERPRET else 16),
+        # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
+        # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
+        num_warps=launch.get("num_warps") or (4 if INTERPRET else 8),
     )
     return tuple(outs[0]), tuple(outs[1])
 

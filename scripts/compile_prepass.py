@@ -42,7 +42,7 @@ def variants(qz):
     yield ("key sides, K and Vᵀ in one launch", qz._fp8_key_sides_kernel,
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
             "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "D": "i32"},
-           {**fp8, "BLOCK_S": 128}, 16)
+           {**fp8, "BLOCK_S": 128}, 8)
     yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
            {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
             "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)
