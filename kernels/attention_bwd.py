@@ -143,9 +143,10 @@ if HAS_TRITON:
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
-                     DV, DQA, RD, RB, QB, DOB, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BN: tl.constexpr,
-                     BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr,
-                     SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False,
+                     DV, DQA, RD, RB, QB, DOB, VR, VBR, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr,
+                     BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
+                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
+                     HAS_DOC: tl.constexpr = False,
                      K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
                      TB: tl.constexpr = 128, R_PRE: tl.constexpr = False, PRE: tl.constexpr = False,
                      DP_EARLY: tl.constexpr = True):
@@ -159,7 +160,11 @@ if HAS_TRITON:
         k = tl.load(K + rows)
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
-        v = tl.trans(tl.load(VT + rows_t))  # stored dtype (fp8: a quarter of bf16's registers)
+        # stored dtype (fp8: a quarter of bf16's registers); PRE: V's rows from `attention_bwd_copies`
+        if PRE:
+            v = tl.load(VR + rows)
+        else:
+            v = tl.trans(tl.load(VT + rows_t))
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
         lo = 0
@@ -195,7 +200,10 @@ if HAS_TRITON:
             k_o = k
             ks_o = ks
         if V_OFF:
-            v_o = tl.trans(tl.load(VBT + rows_t))
+            if PRE:
+                v_o = tl.load(VBR + rows)
+            else:
+                v_o = tl.trans(tl.load(VBT + rows_t))
             vs_o = tl.zeros([BN], tl.float32) + tl.load(VBS + rb)
         else:
             v_o = v
@@ -338,6 +346,9 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     compiled for sm_90 the dK/dV kernel's off-diagonal loop drops from 604 to 409 instructions and
     the dQ kernel's from 345 to 243. On the H200 at S = 8k (72dcfa1, each kernel alone, less the
     copies' time): dK/dV 8.17 → 6.37 ms (5.79 at 3 stages, the default since), dQ 5.59 → 2.46 ms.
+    With pre the Triton dK/dV kernel also reads V's rows (VR, VBR) instead of transposing Vᵀ's tiles
+    (sm_90 SASS 3344 → 3080 instructions at the fast path's launch, STS 156 → 36, PRMT 112 → 16; spills
+    284 / 312 → 288 / 316 bytes), so no kernel of the pre path reads V's token-block copy as Vᵀ bytes.
     dp_early (default True): dP is issued right after S, before the softmax work that does not
     need it, so that work runs while the product is in flight; False issues it after (a sweep option).
     gluon (fast path's default): on sm_90 the dK/dV kernel of `attention_bwd_gluon` (TMA stages, S and
@@ -456,8 +467,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), r_diag,
                                           r_tile, safeguards, sm_scale)
     elif which != "dq" or fuse:
-        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, *scalars, BN=bn, BM=sub,
-                                           PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
+        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, vr, vbr, *scalars, BN=bn,
+                                           BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
                                            R_PRE=bn != block, PRE=pre, DP_EARLY=dp_early, **common, **config)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
