@@ -37,11 +37,15 @@ document start: the skipped sub-tiles are masked for every row, so the result is
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from . import attention_bwd_gluon
+from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible
+from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
 from .reference import DS_TILE
@@ -160,7 +164,8 @@ if HAS_TRITON:
         k = tl.load(K + rows)
         ks = tl.load(KS + bhk * S + offs_n)
         vs = tl.load(VS + bhk * S + offs_n)
-        # stored dtype (fp8: a quarter of bf16's registers); PRE: V's rows from `attention_bwd_copies`
+        # stored dtype (fp8: a quarter of bf16's registers); PRE: the rows of `attention_bwd_copies`, where
+        # V's token-block copy exists only as rows (its Vᵀ bytes are not computed on that path)
         if PRE:
             v = tl.load(VR + rows)
         else:
@@ -348,7 +353,8 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     copies' time): dK/dV 8.17 → 6.37 ms (5.79 at 3 stages, the default since), dQ 5.59 → 2.46 ms.
     With pre the Triton dK/dV kernel also reads V's rows (VR, VBR) instead of transposing Vᵀ's tiles
     (sm_90 SASS 3344 → 3080 instructions at the fast path's launch, STS 156 → 36, PRMT 112 → 16; spills
-    284 / 312 → 288 / 316 bytes), so no kernel of the pre path reads V's token-block copy as Vᵀ bytes.
+    284 / 312 → 288 / 316 bytes), so no kernel of the pre path reads V's token-block copy as Vᵀ bytes,
+    and a deferred copy (the autograd backward's) is re-quantized as rows by the copies pass alone.
     dp_early (default True): dP is issued right after S, before the softmax work that does not
     need it, so that work runs while the product is in flight; False issues it after (a sweep option).
     gluon (fast path's default): on sm_90 the dK/dV kernel of `attention_bwd_gluon` (TMA stages, S and
@@ -397,6 +403,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     sub-tile, and that per-sub-tile work, not the spills, is what the kernel waits on). doc: None, or
     `document.doc_tables(doc_ids)` as the forward got it. "pre" (the fp8 fast path's default): the
     kernels read `attention_bwd_copies` instead of converting per tile; bit-identical to pre=False.
+    v.off may be ``deferred`` (`attention_operands.OffDiagonal`): pre re-quantizes it within the copies,
+    any other launch computes it first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch).
     """
@@ -411,6 +419,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
+    if not pre:  # V's token-block copy as the kernels read it without the copies: [D, S] bytes
+        v = materialize_off_diagonal(v, QZ)
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
     if pre and not pre_eligible(q, k, v, do, spec):
@@ -450,17 +460,21 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                   HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
-    v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
+    if pre:
+        qb, dob, kbf, kbbf, vr, vbr, vbs = bf16_copies(q, k, v, do, lse2, moff, delta)
+        dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
+        if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
+            v = replace(v, off=replace(v.off, scale=vbs))
+    else:
+        qb = dob = kbf = kbbf = vr = vbr = moff  # unread without PRE
+    # V_OFF: VBT is unread with PRE (both kernels read VBR), and absent where the copy was deferred
+    v_off = ((v.vals_t if v.off.deferred else v.off.vals, v.off.scale) if v.off is not None
+             else (v.vals_t, v.scale))  # unread without V_OFF
     args = (q.vals, q.scale, k.vals, k.scale, *k_off, v.vals_t, v.scale, *v_off, do.vals, do.scale, lse2, moff,
             delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block else (moff, moff)  # unread at bn=block
-    if pre:
-        qb, dob, kbf, kbbf, vr, vbr = bf16_copies(q, k, v, do, lse2, moff, delta)
-        dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
-    else:
-        qb = dob = kbf = kbbf = vr = vbr = moff  # unread without PRE
     on_gluon = gluon and attention_bwd_gluon.eligible(
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     if on_gluon and which != "dq":

@@ -14,18 +14,34 @@ once per row, before the kernels run:
 The values are the ones the kernels computed per tile (DOB through the same jit expression,
 `scaled_do`), so the gradients are bit-identical with and without them. On the H200 at S = 8k,
 B×H = 64 the per-tile conversions they replace cost the dQ kernel a third of its time.
+
+V's token-block copy: on this path every kernel reads it as rows only (VBR: the dQ kernel's dP, the
+Gluon dK/dV kernel's TMA, the Triton dK/dV kernel's `PRE` loads) plus its block scales. The autograd
+backward therefore leaves it ``deferred`` (`attention_operands.OffDiagonal`) and `_key_copies_kernel`
+re-quantizes VBR and the scales from Vᵀ's per-token bytes in the same read that transposes them into
+VR, where before `quantize._fp8_requant_blocks_kernel` (TRANSPOSED, 143.5 µs at S = 8k, B×H = 64 on
+the H200) wrote the copy as Vᵀ bytes only for this pass to transpose them back. V's bytes move two d
+per int16 (`_vt_byte_pairs`), not byte by byte. sm_90 SASS per 128 × 128 program, 8 warps: the old
+copies pass 928 instructions (128 LDS.U8) plus the transposed requant's 1352; the new one 808 without
+re-quantization, 1728 with it on the finite path (2336 with the NaN branch). Bytes and scales are the
+old route's (tests/test_attention_bwd_copies.py, interpreter; the GPU tier and the H200 time are not
+run yet).
 """
 from __future__ import annotations
 
 import torch
 
+from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
+from .attention_operands import materialize_off_diagonal
+from .formats import FP8_TINY
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     from .attention_quant import to_bf16
+    from .quantize import _INF_BITS, _abs_bits, _clamp_tiny, _div_by_shared, _e4m3_value, _store_e4m3_pairs
 
     @triton.jit
     def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -59,21 +75,62 @@ if HAS_TRITON:
             tl.store(DOB + rows, scaled_do(do, w, INTERP))
 
     @triton.jit
-    def _key_copies_kernel(K, KB, VT, VBT, KBF, KBBF, VR, VBR, S, D: tl.constexpr, BR: tl.constexpr,
-                           K_OFF: tl.constexpr, V_OFF: tl.constexpr):
+    def _vt_byte_pairs(VT, base, S, D: tl.constexpr, BR: tl.constexpr):
+        """The E4M3 bytes (int32) of BR tokens of one Vᵀ head [D, S] from `base` (the first token's byte at
+        d = 0), as [D/2, BR/2, 2 (token), 2 (d)]: read two tokens per int16, then transposed 2 × 2 in the
+        thread, so that the last axis holds two consecutive d of one token (the pair a row stores as one
+        int16)."""
+        dl = tl.arange(0, D // 2)
+        pr = tl.arange(0, BR // 2)
+        src = (VT + base).to(tl.pointer_type(tl.int16)) + (2 * dl)[:, None] * (S // 2) + pr[None, :]
+        a = tl.load(src).to(tl.int32)  # d even: tokens 2p (low byte), 2p + 1 (high)
+        b = tl.load(src + S // 2).to(tl.int32)  # d odd
+        return tl.join(tl.join(a & 0xFF, (a >> 8) & 0xFF), tl.join(b & 0xFF, (b >> 8) & 0xFF))
+
+    @triton.jit
+    def _row_pair_ptrs(R, base, D: tl.constexpr, BR: tl.constexpr):
+        """int16 pointers [2 (token), BR/2, D/2] of BR rows of D bytes from `base`: token 2p + t, d 2·dl and
+        2·dl + 1 (the low byte first: little-endian)."""
+        t = tl.arange(0, 2)[:, None, None]
+        pr = tl.arange(0, BR // 2)[None, :, None]
+        dl = tl.arange(0, D // 2)[None, None, :]
+        return (R + base).to(tl.pointer_type(tl.int16)) + (2 * pr + t) * (D // 2) + dl
+
+    @triton.jit
+    def _store_byte_pairs(R, base, code, D: tl.constexpr, BR: tl.constexpr):
+        """Store codes [D/2, BR/2, 2 (token), 2 (d)] (`_vt_byte_pairs`) as BR rows of D bytes, two d per int16."""
+        lo, hi = tl.split(code)
+        tl.store(_row_pair_ptrs(R, base, D, BR), tl.permute(((lo & 0xFF) | (hi << 8)).to(tl.int16), (2, 1, 0)))
+
+    @triton.jit
+    def _key_copies_kernel(K, KB, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr, BR: tl.constexpr,
+                           K_OFF: tl.constexpr, V_OFF: tl.constexpr, V_REQ: tl.constexpr, TINY: tl.constexpr):
         """KBF, VR and (K_OFF / V_OFF) the token-block copies' KBBF, VBR for BR keys of one K/V head.
-        V's bytes move as uint8: a transpose, no arithmetic."""
+        V's bytes move two d per int16 (`_vt_byte_pairs`): a transpose, no arithmetic. V_REQ (BR = the
+        token block): V's token-block copy is not given (VBT unread); its rows VBR and block scale VBS are
+        re-quantized here from Vᵀ's per-token bytes and VS, as `quantize._fp8_requant_blocks_kernel` does
+        (same bytes and scale: the same value, amax, division and E4M3 conversion per element)."""
         bh = tl.program_id(1).to(tl.int64)
-        offs_n = tl.program_id(0) * BR + tl.arange(0, BR)
+        pid = tl.program_id(0)
+        offs_n = pid * BR + tl.arange(0, BR)
         offs_d = tl.arange(0, D)
         rows = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-        rows_t = bh * S * D + offs_d[:, None] * S + offs_n[None, :]
         tl.store(KBF + rows, tl.load(K + rows).to(tl.bfloat16))
-        tl.store(VR + rows, tl.trans(tl.load(VT + rows_t)))
         if K_OFF:
             tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
-        if V_OFF:
-            tl.store(VBR + rows, tl.trans(tl.load(VBT + rows_t)))
+        base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
+        row0 = bh * S * D + pid * BR * D  # the rows' first byte
+        code = _vt_byte_pairs(VT, base, S, D, BR)
+        _store_byte_pairs(VR, row0, code, D, BR)
+        if V_REQ:
+            tok = pid * BR + 2 * tl.arange(0, BR // 2)[:, None] + tl.arange(0, 2)[None, :]
+            x = _e4m3_value(code) * tl.load(VS + bh * S + tok)[None, :, :, None]
+            amax = tl.max(tl.max(tl.max(tl.max(_abs_bits(x), axis=3), axis=2), axis=1), axis=0)
+            bscale = tl.math.div_rn(_clamp_tiny(amax.to(tl.float32, bitcast=True), TINY), 448.0)
+            tl.store(VBS + bh * (S // BR) + pid, bscale)
+            _store_e4m3_pairs(_row_pair_ptrs(VBR, row0, D, BR), None, _div_by_shared(x, bscale), amax < _INF_BITS)
+        elif V_OFF:
+            _store_byte_pairs(VBR, row0, _vt_byte_pairs(VBT, base, S, D, BR), D, BR)
 
 
 def pre_eligible(q, k, v, do, spec) -> bool:
@@ -88,9 +145,11 @@ def _rows_per_program(seq: int) -> int:
 
 
 def bf16_copies(q, k, v, do, lse2, moff, delta):
-    """(QB, DOB, KBF, KBBF, VR, VBR) for the backward kernels (see the module docstring). Operands
+    """(QB, DOB, KBF, KBBF, VR, VBR, VBS) for the backward kernels (see the module docstring). Operands
     as `attention_bwd.backward` takes them; DOB is None without V's off-diagonal copy (P then carries
-    V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies."""
+    V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies. VBS: V's block
+    scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows are read
+    on this path) the ones re-quantized here with VBR."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     dev = q.vals.device
@@ -101,14 +160,22 @@ def bf16_copies(q, k, v, do, lse2, moff, delta):
     _query_copies_kernel[(seq // rows, b * hq)](q.vals, qb, do.vals, do.scale, lse2, moff, delta,
                                                 dob if dob is not None else qb, seq, D=d, BR=rows,
                                                 SCALED_DO=dob is not None, INTERP=INTERPRET, num_warps=warps)
+    requant = v.off is not None and v.off.deferred
+    if requant and v.off.block & (v.off.block - 1):  # not a power of two: the separate pass
+        v = materialize_off_diagonal(v, QZ)
+        requant = False
+    if requant:
+        rows = v.off.block  # one program per token block: its scale is the program's amax
     kbf = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=dev)
     kbbf = torch.empty_like(kbf) if k.off is not None else kbf
     vr = torch.empty(b, hkv, seq, d, dtype=v.vals_t.dtype, device=dev)
     vbr = torch.empty_like(vr) if v.off is not None else vr
+    vbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if requant
+           else v.off.scale if v.off is not None else v.scale)
     vt_bytes = v.vals_t.view(torch.uint8)
     _key_copies_kernel[(seq // rows, b * hkv)](
-        k.vals, k.off.vals if k.off is not None else k.vals, vt_bytes,
-        v.off.vals.view(torch.uint8) if v.off is not None else vt_bytes, kbf, kbbf, vr.view(torch.uint8),
-        vbr.view(torch.uint8), seq, D=d, BR=rows, K_OFF=k.off is not None, V_OFF=v.off is not None,
-        num_warps=warps)
-    return qb, dob, kbf, kbbf, vr, vbr
+        k.vals, k.off.vals if k.off is not None else k.vals, vt_bytes, v.scale,
+        v.off.vals.view(torch.uint8) if v.off is not None and not requant else vt_bytes, kbf, kbbf,
+        vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq, D=d, BR=rows, K_OFF=k.off is not None,
+        V_OFF=v.off is not None, V_REQ=requant, TINY=FP8_TINY, num_warps=warps)
+    return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None

@@ -22,7 +22,7 @@ the tests catch a leak.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -35,12 +35,19 @@ class OffDiagonal:
 
     ``vals`` fp8 [..., S, D] (or [..., D, S] when ``transposed``), ``scale`` fp32
     [..., S // block]: one scale per kernel tile, so the kernels fold it as a scalar.
+    Both None: ``deferred`` (`attach_off_diagonal(defer_v=True)`), the copy not computed yet;
+    `attention_bwd.backward` either re-quantizes it as rows within its `pre` copies (the only form
+    that path reads) or, on any other path, computes it here (`off_diagonal`).
     """
 
-    vals: torch.Tensor
-    scale: torch.Tensor
+    vals: torch.Tensor | None
+    scale: torch.Tensor | None
     block: int
     transposed: bool = False
+
+    @property
+    def deferred(self) -> bool:
+        return self.vals is None
 
     def per_token_scale(self) -> torch.Tensor:
         """[..., S]: each tile's scale repeated over its tokens."""
@@ -168,12 +175,24 @@ class ForwardOperands:
 
 
 def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, block: int,
-                        v_transposed: bool) -> None:
-    """Give the fp8 key-side operands their token-block copies (`off_diagonal`), in place."""
+                        v_transposed: bool, defer_v: bool = False) -> None:
+    """Give the fp8 key-side operands their token-block copies (`off_diagonal`), in place.
+    defer_v (the autograd backward, safeguards on): V's copy is left ``deferred`` for
+    `attention_bwd.backward` (see `OffDiagonal`); the leaky copy is V itself and never deferred."""
     if spec.qk == "fp8":
         k.off = off_diagonal(k, block, impl, not safeguards)
     if spec.pv == "fp8":
-        v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
+        if defer_v and safeguards:
+            v.off = OffDiagonal(None, None, block, v_transposed)
+        else:
+            v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
+
+
+def materialize_off_diagonal(op: Operand, impl) -> Operand:
+    """op itself, or where its copy is ``deferred`` a new Operand with the copy computed (`off_diagonal`)."""
+    if op.off is None or not op.off.deferred:
+        return op
+    return replace(op, off=off_diagonal(op, op.off.block, impl, False, op.off.transposed))
 
 
 def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool) -> Operand:

@@ -1,4 +1,5 @@
-"""Compile every Triton pre-pass kernel of `kernels/quantize.py` for sm_90 on a machine without a GPU.
+"""Compile every Triton pre-pass kernel of `kernels/quantize.py` (and the backward's key copies) for sm_90 on a
+machine without a GPU.
 
     python scripts/compile_prepass.py            # prints one line per kernel variant, exit 1 on a failure
 
@@ -43,6 +44,14 @@ def variants(qz):
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
             "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "D": "i32"},
            {**fp8, "BLOCK_S": 128}, 8)
+    # the backward's `pre` copies of K and V (attention_bwd_copies); V_REQ re-quantizes V's token-block rows
+    from flamia_kernels import attention_bwd_copies as copies
+
+    for v_req in (False, True):
+        yield (f"backward key copies v_req={v_req}", copies._key_copies_kernel,
+               {"K": "*fp8e4nv", "KB": "*fp8e4nv", "VT": "*u8", "VS": "*fp32", "VBT": "*u8", "KBF": "*bf16",
+                "KBBF": "*bf16", "VR": "*u8", "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
+               {"D": 128, "BR": 128, "K_OFF": True, "V_OFF": True, "V_REQ": v_req, "TINY": tiny}, 8)
     yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
            {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
             "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)

@@ -193,6 +193,37 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
             assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}: rel-L2 {_rel(a, b):.2e}"
 
 
+@pytest.mark.parametrize("gluon", [True, False])
+def test_gpu_backward_deferred_v_copy_is_bit_identical(gluon):
+    """V's token-block copy deferred (the autograd backward's default): the `pre` copies re-quantize its
+    rows on the GPU's conversions (`_key_copies_kernel` V_REQ, the finite path's paired cvt) where the old
+    route wrote Vᵀ bytes (`_fp8_requant_blocks_kernel`) and transposed them: the same rows and scales, and
+    every gradient bit for bit, through the Gluon and the Triton dK/dV kernel."""
+    from dataclasses import replace
+
+    from flamia_kernels import AttentionSpec, attention_bwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_bwd_copies import bf16_copies
+    from flamia_kernels.attention_operands import OffDiagonal
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=43)
+    args = list(backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5))
+    vo = args[2]
+    deferred = replace(vo, off=OffDiagonal(None, None, 128, transposed=True))
+    got = bf16_copies(*args[:2], deferred, *args[3:7])
+    want = bf16_copies(*args[:7])
+    for name, a, b in zip(("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS"), got, want, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+    want_vbr, _ = QZ.requantize_fp8_token_blocks(vo.vals_t, vo.scale, 128, transposed=True)
+    assert torch.equal(got[5].view(torch.uint8), want_vbr.mT.contiguous().view(torch.uint8))
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": gluon}
+    given = attention_bwd.backward(*args, config=base)
+    args[2] = deferred
+    for name, a, b in zip(("dQ", "dK", "dV"), attention_bwd.backward(*args, config=base), given, strict=True):
+        assert a.abs().sum() > 0 and torch.equal(a, b), name
+
+
 # The launch variants scripts/device/session5_kernels.sh times kernel by kernel (bench_attention
 # --bwd-configs ...:dkdv / ...:dq): each must give the default's gradients before its time counts.
 BACKWARD_VARIANTS = {

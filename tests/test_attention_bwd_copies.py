@@ -1,0 +1,84 @@
+"""The backward's `pre` copies (`attention_bwd_copies`) with V's token-block copy deferred: the copies pass
+re-quantizes V's rows per token block from Vᵀ's per-token bytes, where the old route computed the copy as
+Vᵀ bytes (`quantize.requantize_fp8_token_blocks`, transposed) and transposed it back. Both must give the
+same bytes, block scales and gradients, bit for bit."""
+from dataclasses import replace
+
+import pytest
+import torch
+from attention_saved import backward_args
+from flamia_kernels import AttentionSpec, attention_bwd
+from flamia_kernels import quantize as QZ
+from flamia_kernels.attention_bwd_copies import bf16_copies
+from flamia_kernels.attention_operands import OffDiagonal, Operand, materialize_off_diagonal
+from flamia_kernels.formats import FP8_TINY
+
+
+def _inputs(b, hq, hkv, s, d, seed):
+    gen = torch.Generator().manual_seed(seed)
+    mk = lambda h: torch.randn(b, h, s, d, generator=gen).to(torch.bfloat16)  # noqa: E731
+    return mk(hq), mk(hkv), mk(hkv), mk(hq)
+
+
+def _deferred(v: Operand) -> Operand:
+    return replace(v, off=OffDiagonal(None, None, 128, transposed=True))
+
+
+def _special_bytes(v: Operand) -> Operand:
+    """v with NaN bytes (0x7F, 0xFF) in one token block, an all-zero block (the TINY clamp), a token of
+    huge scale and one of a subnormal scale: the requantization's edge cases."""
+    vt = v.vals_t.view(torch.uint8).clone()
+    scale = v.scale.clone()
+    vt[0, 0, 3, 5] = 0x7F
+    vt[0, 0, 7, 9] = 0xFF
+    vt[0, -1, :, 128:256] = 0
+    scale[0, 0, 200] = 3.0e38
+    scale[0, -1, 300] = 1.0e-40
+    vt[0, -1, 11, 300] = 0x01
+    vt = vt.view(torch.float8_e4m3fn)
+    return Operand(vt.mT.contiguous(), scale, vals_t=vt)
+
+
+@pytest.mark.parametrize("d,special", [(64, False), (128, False), (64, True)])
+def test_requantized_rows_equal_the_transposed_copy(d, special):
+    """VR, VBR and the block scales from the deferred copy equal the old route's: the Vᵀ copy of
+    `requantize_fp8_token_blocks(transposed=True)`, its scale, and the per-token bytes, as rows."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 2, 2, 384, d, seed=d + special)
+    args = backward_args(spec, q, k, v, do)
+    qo, ko, vo, doo, lse2, moff, delta = args[:7]
+    if special:
+        vo = _special_bytes(vo)
+    deferred = _deferred(vo)
+    old = materialize_off_diagonal(deferred, QZ)  # the old route, from the per-token bytes
+    want_vbr, want_vbs = QZ.requantize_fp8_token_blocks(vo.vals_t, vo.scale, 128, transposed=True)
+    assert torch.equal(old.off.vals.view(torch.uint8), want_vbr.view(torch.uint8))
+    got = bf16_copies(qo, ko, deferred, doo, lse2, moff, delta)
+    ref = bf16_copies(qo, ko, old, doo, lse2, moff, delta)
+    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS")
+    for name, a, b in zip(names, got, ref, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name  # NaN scales too: their bits
+    assert torch.equal(got[4].view(torch.uint8), vo.vals_t.mT.contiguous().view(torch.uint8))
+    assert torch.equal(got[5].view(torch.uint8), want_vbr.mT.contiguous().view(torch.uint8))
+    assert torch.equal(got[6].view(torch.int32), want_vbs.reshape(got[6].shape).view(torch.int32))
+    if special:  # the cases were hit: a NaN block, an Inf one, the clamp
+        tiny = torch.tensor(FP8_TINY, dtype=torch.float32) / 448
+        assert got[6].isnan().any() and got[6].isinf().any() and (got[6] == tiny).any()
+
+
+@pytest.mark.parametrize("causal,hq,hkv,half", [(True, 4, 2, False), (True, 2, 1, True), (False, 2, 2, False)])
+def test_backward_with_deferred_copy_is_bit_identical(causal, hq, hkv, half):
+    """The backward with V's copy deferred (the autograd path, `attach_off_diagonal(defer_v=True)`): pre
+    re-quantizes it within its copies, any other launch computes it first; every gradient equals the
+    launch with the copy given, bit for bit."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=5 + hq + causal)
+    args = list(backward_args(spec, q, k, v, do, causal=causal))
+    cfg = {"num_warps": 4, "num_stages": 1, "sub": 32, **({"bn": 64, "bm": 64} if half else {})}
+    given = attention_bwd.backward(*args, config=cfg)
+    args[2] = _deferred(args[2])
+    for extra in ({}, {"pre": True}):
+        got = attention_bwd.backward(*args, config={**cfg, **extra})
+        for name, a, b in zip(("dQ", "dK", "dV"), got, given, strict=True):
+            assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}"
+    assert args[2].off.deferred  # the caller's operand is left as it was
