@@ -89,8 +89,7 @@ class _FlamiaAttention(torch.autograd.Function):
         fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
                               off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
-                              quantize_q=not fuse_q,
-                              v_mma_order=attention_fwd.v_mma_order(q, spec, causal, doc_ids is not None))
+                              quantize_q=not fuse_q)
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,

@@ -290,24 +290,8 @@ def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool
     config = launch_config(q.shape[-1], spec.emulated)
     if "fuse_q" in config:
         return bool(config["fuse_q"])
-    return gluon_runs(q, spec, causal, has_doc)
-
-
-def gluon_runs(q: torch.Tensor, spec, causal: bool, has_doc: bool) -> bool:
-    """Whether the forward's launch runs the sm_90 Gluon kernel for these inputs (`attention_fwd_gluon.eligible`
-    before the operands exist: fp8 `qk` and `pv`, D = 128, causal, no document masking, an sm_90 GPU). Then
-    Vᵀ's token-block copy is made in `quantize.mma_key_order`, which only that kernel reads (launch option
-    "v_mma_order": False keeps the tokens' order, for an A/B)."""
-    config = launch_config(q.shape[-1], spec.emulated)
-    return (bool(config.get("gluon")) and spec.qk == "fp8" and spec.pv == "fp8" and causal and not has_doc
+    return (bool(config.get("gluon")) and spec.pv == "fp8" and causal and not has_doc
             and q.shape[-1] == attention_fwd_gluon.BLOCK and gluon_unavailable(q) is None)
-
-
-def v_mma_order(q: torch.Tensor, spec, causal: bool, has_doc: bool) -> bool:
-    """Whether the forward makes Vᵀ's token-block copy in the Gluon kernel's MMA key order (`gluon_runs`,
-    unless the launch option "v_mma_order" is False)."""
-    return launch_config(q.shape[-1], spec.emulated).get("v_mma_order", True) and gluon_runs(q, spec, causal,
-                                                                                             has_doc)
 
 
 def launch_config(d: int, emulated: bool) -> dict:
@@ -379,15 +363,11 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
-    config.pop("v_mma_order", None)  # likewise, made by prepare_forward (v.off.mma_order)
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
                                            q_raw=q_in if q_raw is not None else None)
-    if v.off is not None and v.off.mma_order:
-        raise ValueError("V's token-block copy is in the Gluon kernel's MMA key order (prepare_forward(v_mma_order="
-                         "True)) but this forward runs the Triton kernel; make it with v_mma_order=False")
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

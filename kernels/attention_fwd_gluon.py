@@ -105,22 +105,6 @@ if HAS_GLUON:
         return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
 
     @gluon.jit
-    def _p_operand(p, P_L: gl.constexpr, MMA_ORDER: gl.constexpr):
-        """P (fp32, the QKᵀ accumulator's layout) as the P·V product's FP8 register operand. MMA_ORDER (V's
-        token-block copy in `quantize.mma_key_order`): P's keys reordered the same way within each 32
-        (column 16h + 8j + 2r + e to 16h + 4r + 2j + e), which is where the A operand's fragment wants each
-        thread's own accumulator values: the conversion is register renaming, where the keys' own order
-        costs 16 SHFL, 16 SEL and 16 PRMT a tile (sm_90 SASS per off-diagonal tile 531 -> 483). The sum
-        over the keys is the same; only its order inside the MMA changes."""
-        p8 = p.to(gl.float8e4nv)
-        if MMA_ORDER:
-            R: gl.constexpr = p8.shape[0]
-            C: gl.constexpr = p8.shape[1]
-            x = gl.permute(gl.reshape(p8, [R, C // 32, 2, 2, 4, 2]), [0, 1, 2, 4, 3, 5])
-            p8 = gl.reshape(x, [R, C])
-        return gl.convert_layout(p8, P_L)
-
-    @gluon.jit
     def _off_softmax(s, qs, m_i, l_i, kbs):
         """`attention_fwd._fwd_off_tile`'s softmax (K_OFF): one K scale per tile, c = s_q·c·s_kb per
         row, the integer row max, p = exp2(s·c - M + 8) (P's ×256). Returns (p, m, l, alpha)."""
@@ -191,7 +175,7 @@ if HAS_GLUON:
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QRAW, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2,
                           MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, V_MMA_ORDER: gl.constexpr):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)  # fp8 A from registers
@@ -248,7 +232,7 @@ if HAS_GLUON:
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
                 vsb = gl.load(VBS + kvb_off + t)
-                p8 = _p_operand(p, P_L, V_MMA_ORDER)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -271,7 +255,7 @@ if HAS_GLUON:
                 s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
                 vsb = gl.load(VBS + kvb_off + t)
-                p8 = _p_operand(p, P_L, V_MMA_ORDER)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 pv = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s, pv = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, pv))
                 acc = acc * (alpha * (cv / vsb))[:, None] + pv  # `_fwd_off_tile`'s carry
@@ -293,7 +277,7 @@ if HAS_GLUON:
                     mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                     # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by the loop is
                     # unpacked to a byte per register and repacked at its use (+224 SASS instructions a tile)
-                    p8 = _p_operand(p, P_L, V_MMA_ORDER)
+                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                     s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False,
                                       is_async=True)
                     pv = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -315,7 +299,7 @@ if HAS_GLUON:
                     alpha_prev = alpha
                     vsb_prev = gl.load(VBS + kvb_off + t)
                 last = (n_off - 1) % STAGES
-                p8 = _p_operand(p, P_L, V_MMA_ORDER)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 pv = warpgroup_mma(p8, v_smem.index(last).permute((1, 0)), zero, use_acc=False, is_async=True)
                 pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
                 acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
@@ -423,7 +407,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         *descriptors(q, k, v), q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
         BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
-        V_MMA_ORDER=v.off.mma_order, num_warps=NUM_WARPS, **_registers(pipe),
+        num_warps=NUM_WARPS, **_registers(pipe),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -44,7 +44,6 @@ class OffDiagonal:
     scale: torch.Tensor | None
     block: int
     transposed: bool = False
-    mma_order: bool = False  # Vᵀ's columns in `quantize.mma_key_order` (the sm_90 Gluon forward's P·V)
 
     @property
     def deferred(self) -> bool:
@@ -196,10 +195,10 @@ def materialize_off_diagonal(op: Operand, impl) -> Operand:
     return replace(op, off=off_diagonal(op, op.off.block, impl, False, op.off.transposed))
 
 
-def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool, mma_order: bool = False) -> Operand:
+def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool) -> Operand:
     """The Operand of a fused key-side pass's outputs (`quantize.quantize_fp8_key_side`)."""
     vals = x8.transpose(-1, -2) if transposed else x8
-    return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed, mma_order))
+    return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed))
 
 
 def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool, off: bool) -> Operand:
@@ -214,17 +213,13 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
-                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True,
-                    v_mma_order: bool = False):
+                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
     attention). Safeguards off: token-block scales everywhere (leaky). mx_parts: mxfp8 Q and K
     also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ.
-    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None.
-    v_mma_order: Vᵀ's token-block copy in `quantize.mma_key_order` (`OffDiagonal.mma_order`), for the sm_90
-    Gluon forward; only where K and Vᵀ take the one-launch key-side pass (else the copy keeps the tokens'
-    order and says so)."""
+    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None."""
     leak = None if safeguards else block
     if mx_parts and spec.qk == "mxfp8":
         return ForwardOperands(
@@ -235,9 +230,9 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     q_op = quantize_operand(q, spec.qk, impl, leak) if quantize_q else None
     if (off_diagonal and v_transposed and leak is None and spec.qk == spec.pv == "fp8" and impl is not F
             and k.shape == v.shape):  # K's and Vᵀ's passes in one launch
-        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block, v_mma_order=v_mma_order)
+        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block)
         return ForwardOperands(q_op, _key_side_operand(*k_parts, block, False),
-                               _key_side_operand(*v_parts, block, True, v_mma_order))
+                               _key_side_operand(*v_parts, block, True))
     return ForwardOperands(
         q_op,
         _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),

@@ -274,7 +274,7 @@ if HAS_TRITON:
     @triton.jit
     def _key_side_token_pairs(
         X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, MMA_ORDER: tl.constexpr = False,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         """`_fp8_key_side_kernel`'s TRANSPOSED program (Vᵀ: both byte tiles [D, S]) with the same bytes
         and scales, transposed two tokens at a time. Each E4M3 pair of consecutive tokens at one d is one
@@ -285,8 +285,7 @@ if HAS_TRITON:
         (two tokens' scale divisions per thread; the token pairs alone, [S/2, D, 2], gave it four).
         sm_90 SASS per program (128 × 128, scripts/compile_prepass.py's options), byte-by-byte -> pairs:
         16 warps 1944 -> 1456 (K 1400), 8 warps 3552 -> 2496 (K 2512); the finite path alone, 16 warps
-        1144 -> 912 (K 848). MMA_ORDER: the token-block copy's tokens in `mma_key_order` within each
-        32 (the per-token bytes keep theirs)."""
+        1144 -> 912 (K 848)."""
         HALF: tl.constexpr = BLOCK_D // 2
         rows = pid_s * BLOCK_S + 2 * tl.arange(0, BLOCK_S // 2)  # the first token of each pair
         dl = tl.arange(0, HALF)
@@ -311,8 +310,6 @@ if HAS_TRITON:
         bamax_bits = tl.max(tl.max(tl.max(tl.max(_abs_bits(xt), axis=3), axis=2), axis=1), axis=0)
         bscale = tl.math.div_rn(_clamp_tiny(bamax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
-        if MMA_ORDER:  # pair q = 16g + 8h + 4j + r of tokens 32g + 16h + 8j + 2r + {0, 1} -> 16g + 8h + 2r + j
-            pairs = pairs // 16 * 16 + pairs % 16 // 8 * 8 + pairs % 4 * 2 + pairs % 8 // 4
         _store_e4m3_pairs((XB8 + offs).to(tl.pointer_type(tl.int16)) + pairs, out_mask,
                           _div_by_shared(xt, bscale), bamax_bits < _INF_BITS)
 
@@ -320,12 +317,11 @@ if HAS_TRITON:
     def _key_side_program(
         X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
-        MMA_ORDER: tl.constexpr = False,
     ):
         """One token block of one slice, read once: the per-token fp8 bytes and scales and the token-block
         copy re-quantized from them (TRANSPOSED: both as [D, S])."""
         if TRANSPOSED and BLOCK_S >= 2 and BLOCK_D >= 2:  # Vᵀ two tokens at a time; else byte by byte
-            _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D, MMA_ORDER)
+            _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D)
         else:
             offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
             offs_d = tl.arange(0, BLOCK_D)
@@ -358,11 +354,10 @@ if HAS_TRITON:
     @triton.jit
     def _fp8_key_sides_kernel(
         K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, V_MMA_ORDER: tl.constexpr = False,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
-        axis0 // 2, odd ones V's, so the two run side by side and share one tail. V_MMA_ORDER: Vᵀ's
-        token-block copy in `mma_key_order`."""
+        axis0 // 2, odd ones V's, so the two run side by side and share one tail."""
         pid = tl.program_id(0)
         bh = (pid // 2).to(tl.int64)
         if pid % 2 == 0:
@@ -370,7 +365,7 @@ if HAS_TRITON:
                               False)
         else:
             _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                              True, V_MMA_ORDER)
+                              True)
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
@@ -700,40 +695,18 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
     return x8, scale, xb8, bscale
 
 
-def mma_key_order(seq: int, device=None) -> torch.Tensor:
-    """int64 [seq]: the token stored at each column of a Vᵀ copy in "MMA key order". Within each 32 keys,
-    token 16h + 8j + 2r + e sits at column 16h + 4r + 2j + e: the order in which the sm_90 FP8 wgmma's
-    register A operand holds a product's keys when its values stay in the threads that computed them in
-    the QKᵀ accumulator (thread r of a quad: accumulator columns 8j + 2r + e, A columns 4r + 2j + e), so
-    P·V needs no shuffle when V's rows are permuted alike (`attention_fwd_gluon`)."""
-    if seq % 32:
-        raise ValueError(f"mma_key_order: seq = {seq} must be a multiple of 32")
-    col = torch.arange(seq, device=device)
-    g, h, r, j, e = col // 32, col % 32 // 16, col % 16 // 4, col % 4 // 2, col % 2
-    return g * 32 + h * 16 + j * 8 + r * 2 + e
-
-
-def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None,
-                           v_mma_order: bool = False):
+def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None):
     """`quantize_fp8_key_side(k, block)` and `quantize_fp8_key_side(v, block, transposed=True)` in one
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
     (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
-    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}. v_mma_order: Vᵀ's
-    token-block copy with its columns in `mma_key_order` (block a multiple of 32; the per-token bytes keep
-    the tokens' order)."""
+    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     launch = _check_launch(launch, ("num_warps",))
     seq, dim = k.shape[-2], k.shape[-1]
-    if v_mma_order and (block % 32 or dim < 2):
-        raise ValueError(f"quantize_fp8_key_sides: v_mma_order needs a block that is a multiple of 32 and D >= 2, "
-                         f"got block {block}, D {dim}")
     if not (can_run_triton(k) and _is_pow2(block)) or seq % block or k.dim() < 2 or not k.numel():
-        k_parts, v_parts = quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
-        if v_mma_order:
-            v_parts = (v_parts[0], v_parts[1], v_parts[2][..., mma_key_order(seq, v.device)].contiguous(), v_parts[3])
-        return k_parts, v_parts
+        return quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
     outs = []
@@ -746,7 +719,7 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = outs
     _fp8_key_sides_kernel[(2 * bh, seq // block)](
         k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
-        vbs, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), V_MMA_ORDER=v_mma_order,
+        vbs, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         num_warps=launch.get("num_warps") or (4 if INTERPRET else 8),

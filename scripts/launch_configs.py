@@ -9,7 +9,6 @@ imports them when it runs).
       :bm64    forward, and the backward's dQ kernel: programs of 64 query rows (bm = 64), half the tile
       :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on; the Gluon kernel's default)
       :qpass   forward: Q through the pre-pass (fuse_q off)
-      :vnat    forward: Vᵀ's token-block copy in the tokens' order, not the Gluon kernel's MMA key order
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
@@ -32,8 +31,7 @@ import json
 from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
-          "qpass": ("fuse_q", False), "vnat": ("v_mma_order", False), "gluon": ("gluon", True),
-          "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
+          "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),

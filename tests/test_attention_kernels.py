@@ -199,23 +199,6 @@ def test_forward_without_gradients_skips_the_saved_copies(spec, monkeypatch):
     assert o.grad_fn is None and plain.grad_fn is None
 
 
-def test_triton_forward_refuses_a_v_copy_in_mma_key_order():
-    """Vᵀ's token-block copy in the Gluon kernel's MMA key order (prepare_forward(v_mma_order=True)) is for
-    that kernel only: the Triton kernel would pair P's keys with the wrong V rows, so it refuses it."""
-    from flamia_kernels import attention_fwd
-    from flamia_kernels import quantize as QZ
-    from flamia_kernels.attention_operands import prepare_forward
-
-    spec = AttentionSpec.parse("fp8")
-    q, k, v, _ = _inputs(1, 2, 2, 256, 64, seed=45)
-    ops = prepare_forward(q.detach(), k.detach(), v.detach(), spec, True, QZ, 128, v_transposed=True,
-                          v_mma_order=True)
-    assert ops.v.off.mma_order and not ops.k.off.mma_order
-    with pytest.raises(ValueError, match="MMA key order"):
-        attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, 0.125, 128, True)
-    assert not attention_fwd.v_mma_order(q, spec, True, False)  # the CPU runs the Triton kernel
-
-
 def test_fuses_q_follows_the_launch_option_and_the_spec(monkeypatch):
     """Where the forward quantizes Q itself: never for a leaky forward (token-block Q) or a non-fp8 qk; the
     launch option "fuse_q" when set either way; else only where the sm_90 Gluon kernel runs (never on the

@@ -409,32 +409,3 @@ def test_key_sides_in_one_launch_match_the_separate_passes(device, family):
     assert torch.equal(bits(ops.k.off.scale), bits(want[0][3]))
     with pytest.raises(ValueError, match="must have one shape"):
         Q.quantize_fp8_key_sides(k, v[:, :2], 64)
-    # Vᵀ's token-block copy in the Gluon forward's MMA key order: the same bytes, columns permuted in 32s
-    order = Q.mma_key_order(256, device)
-    _, v_mma = Q.quantize_fp8_key_sides(k, v, 64, v_mma_order=True)
-    assert torch.equal(bits(v_mma[2]), bits(want[1][2][..., order]))
-    assert all(torch.equal(bits(a), bits(b)) for i, (a, b) in enumerate(zip(v_mma, want[1], strict=True)) if i != 2)
-
-
-def test_mma_key_order_puts_each_thread_accumulator_columns_where_its_a_operand_reads():
-    """Column 16h + 4r + 2j + e of each 32 holds token 16h + 8j + 2r + e: the sm_90 accumulator gives thread r
-    of a quad columns 8j + 2r + e, the FP8 A operand wants 4r + 2j + e from it (both halves of 16)."""
-    order = Q.mma_key_order(64)
-    assert sorted(order.tolist()) == list(range(64)) and torch.equal(order[32:] - 32, order[:32])
-    for r in range(4):
-        a_cols = [4 * r + i for i in range(4)] + [16 + 4 * r + i for i in range(4)]
-        acc_cols = sorted(8 * j + 2 * r + e + 16 * h for h in (0, 1) for j in (0, 1) for e in (0, 1))
-        assert sorted(order[a_cols].tolist()) == acc_cols
-    with pytest.raises(ValueError, match="multiple of 32"):
-        Q.mma_key_order(48)
-    with pytest.raises(ValueError, match="multiple of 32"):
-        Q.quantize_fp8_key_sides(torch.zeros(1, 48, 8), torch.zeros(1, 48, 8), 16, v_mma_order=True)
-
-
-def test_key_sides_mma_order_without_triton_permutes_formats_bytes(monkeypatch):
-    monkeypatch.setattr(Q, "can_run_triton", lambda x: False)
-    k, v = torch.randn(2, 128, 64, generator=_gen(12)), torch.randn(2, 128, 64, generator=_gen(13))
-    _, (vt8, _, vbt8, _) = Q.quantize_fp8_key_sides(k, v, 64, v_mma_order=True)
-    _, (vt8_plain, _, vbt8_plain, _) = Q.quantize_fp8_key_sides(k, v, 64)
-    assert torch.equal(vt8.view(torch.uint8), vt8_plain.view(torch.uint8))
-    assert torch.equal(vbt8.view(torch.uint8), vbt8_plain[..., Q.mma_key_order(128)].view(torch.uint8))
