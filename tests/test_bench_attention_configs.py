@@ -83,3 +83,14 @@ def test_launch_file_and_overrides(tmp_path):
         load_launch(str(bad))
     with pytest.raises(argparse.ArgumentTypeError, match="missing.json"):
         load_launch(str(tmp_path / "missing.json"))
+
+
+def test_ab_forward_variants_are_forward_launch_options():
+    """scripts/ab_forward.py's variants: "default" adds nothing, "a+b" the flags' forward options."""
+    from ab_forward import variant_launch
+
+    assert variant_launch("default") == {}
+    assert variant_launch("qpass") == {"fwd": {"fuse_q": False}}
+    assert variant_launch("pipe2+qpass") == {"fwd": {"pipe": 2, "fuse_q": False}}
+    with pytest.raises(SystemExit, match="unknown flag 'fast'"):
+        variant_launch("pipe2+fast")
