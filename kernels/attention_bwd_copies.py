@@ -41,7 +41,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_quant import to_bf16
-    from .quantize import _INF_BITS, _abs_bits, _clamp_tiny, _div_by_shared, _e4m3_value, _store_e4m3_pairs
+    from .quantize import _INF_BITS, _abs_bits, _div_by_shared, _e4m3_value, _fp8_scale, _store_e4m3_pairs
 
     @triton.jit
     def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -126,7 +126,7 @@ if HAS_TRITON:
             tok = pid * BR + 2 * tl.arange(0, BR // 2)[:, None] + tl.arange(0, 2)[None, :]
             x = _e4m3_value(code) * tl.load(VS + bh * S + tok)[None, :, :, None]
             amax = tl.max(tl.max(tl.max(tl.max(_abs_bits(x), axis=3), axis=2), axis=1), axis=0)
-            bscale = tl.math.div_rn(_clamp_tiny(amax.to(tl.float32, bitcast=True), TINY), 448.0)
+            bscale = _fp8_scale(amax, TINY)
             tl.store(VBS + bh * (S // BR) + pid, bscale)
             _store_e4m3_pairs(_row_pair_ptrs(VBR, row0, D, BR), None, _div_by_shared(x, bscale), amax < _INF_BITS)
         elif V_OFF:

@@ -48,6 +48,12 @@ if HAS_TRITON:
         return tl.where(amax < TINY, TINY, amax)
 
     @triton.jit
+    def _fp8_scale(amax_bits, TINY: tl.constexpr):
+        """The fp8 scale of a row, block or tile from its amax as bits (`_abs_bits`): max(amax, TINY) / 448,
+        an IEEE division (formats' rule)."""
+        return tl.math.div_rn(_clamp_tiny(amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+
+    @triton.jit
     def _e4m3_bits(v):
         """fp32 -> E4M3 (fn) byte as int32: nearest-even, saturating at ±448, NaN -> 0x7F | sign."""
         bits = v.to(tl.int32, bitcast=True)
@@ -296,7 +302,7 @@ if HAS_TRITON:
             tl.join(tl.load(src + D, mask=m_lo, other=0.0), tl.load(src + D + HALF, mask=m_hi, other=0.0)),
         ).to(tl.float32)  # [S/2, D/2, 2 (d half), 2 (token)]
         amax_bits = tl.max(tl.max(_abs_bits(x), axis=2), axis=1)  # (S/2, 2): per token
-        scale = tl.math.div_rn(_clamp_tiny(amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+        scale = _fp8_scale(amax_bits, TINY)
         tl.store(Scale + bh * S + rows[:, None] + tl.arange(0, 2)[None, :], scale)
         scale = scale[:, None, None, :]
         # outputs as int16 [2 (d half), D/2, S/2]: bytes d * S + token, token pairs 2-byte aligned (S even)
@@ -308,7 +314,7 @@ if HAS_TRITON:
                                _div_by_shared(x, scale), row_finite)
         xt = xt * scale  # the per-token values, exactly
         bamax_bits = tl.max(tl.max(tl.max(tl.max(_abs_bits(xt), axis=3), axis=2), axis=1), axis=0)
-        bscale = tl.math.div_rn(_clamp_tiny(bamax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+        bscale = _fp8_scale(bamax_bits, TINY)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
         _store_e4m3_pairs((XB8 + offs).to(tl.pointer_type(tl.int16)) + pairs, out_mask,
                           _div_by_shared(xt, bscale), bamax_bits < _INF_BITS)
@@ -328,7 +334,7 @@ if HAS_TRITON:
             mask = offs_d[None, :] < D
             x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
             amax_bits = tl.max(_abs_bits(x), axis=1)  # (BLOCK_S,)
-            scale = tl.math.div_rn(_clamp_tiny(amax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+            scale = _fp8_scale(amax_bits, TINY)
             tl.store(Scale + bh * S + offs_s, scale)
             if TRANSPOSED:
                 offs, out_mask = bh * S * D + offs_d[:, None] * S + offs_s[None, :], offs_d[:, None] < D
@@ -338,7 +344,7 @@ if HAS_TRITON:
             xt = _store_e4m3(X8, offs, out_mask, _div_by_shared(x, scale[:, None]), row_finite, TRANSPOSED)
             xt = xt * scale[:, None]  # the per-token values, exactly
             bamax_bits = tl.max(tl.max(_abs_bits(xt), axis=1), axis=0)
-            bscale = tl.math.div_rn(_clamp_tiny(bamax_bits.to(tl.float32, bitcast=True), TINY), 448.0)
+            bscale = _fp8_scale(bamax_bits, TINY)
             tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
             _store_e4m3(XB8, offs, out_mask, _div_by_shared(xt, bscale), bamax_bits < _INF_BITS, TRANSPOSED)
 
@@ -676,11 +682,7 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
         return x8, scale[..., 0], xb8, bscale.reshape(*x.shape[:-2], seq // block)
     x = x.contiguous()
     bh = x.numel() // max(1, seq * dim)
-    out_shape = (*x.shape[:-2], dim, seq) if transposed else x.shape
-    x8 = torch.empty(out_shape, dtype=F.FP8_DTYPE, device=x.device)
-    xb8 = torch.empty(out_shape, dtype=F.FP8_DTYPE, device=x.device)
-    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    bscale = torch.empty((*x.shape[:-2], seq // block), dtype=torch.float32, device=x.device)
+    x8, scale, xb8, bscale = _key_side_outputs(x, block, transposed)
     if x.numel():
         block_d = triton.next_power_of_2(dim)
         _fp8_key_side_kernel[(bh, seq // block)](
@@ -693,6 +695,17 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
             num_warps=launch.get("num_warps") or (4 if INTERPRET else 16),
         )
     return x8, scale, xb8, bscale
+
+
+def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
+    """Empty (x8, scale, xb8, block scale) for a key-side pass over x [..., S, D]: the bytes [..., S, D],
+    or [..., D, S] when transposed."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    shape = (*x.shape[:-2], dim, seq) if transposed else x.shape
+    return (torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
+            torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device),
+            torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
+            torch.empty((*x.shape[:-2], seq // block), dtype=torch.float32, device=x.device))
 
 
 def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None):
@@ -709,14 +722,8 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
         return quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
-    outs = []
-    for x, transposed in ((k, False), (v, True)):
-        shape = (*x.shape[:-2], dim, seq) if transposed else x.shape
-        outs.append((torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
-                     torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device),
-                     torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
-                     torch.empty((*x.shape[:-2], seq // block), dtype=torch.float32, device=x.device)))
-    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = outs
+    k_outs, v_outs = _key_side_outputs(k, block, False), _key_side_outputs(v, block, True)
+    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs
     _fp8_key_sides_kernel[(2 * bh, seq // block)](
         k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
         vbs, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim),
@@ -724,7 +731,7 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         num_warps=launch.get("num_warps") or (4 if INTERPRET else 8),
     )
-    return tuple(outs[0]), tuple(outs[1])
+    return k_outs, v_outs
 
 
 def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor):
