@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from . import attention_fwd_gluon
-from ._triton_env import HAS_TRITON, INTERPRET, gluon_unavailable
+from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
 
@@ -290,8 +290,7 @@ def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool
     config = launch_config(q.shape[-1], spec.emulated)
     if "fuse_q" in config:
         return bool(config["fuse_q"])
-    return (bool(config.get("gluon")) and spec.pv == "fp8" and causal and not has_doc
-            and q.shape[-1] == attention_fwd_gluon.BLOCK and gluon_unavailable(q) is None)
+    return bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
 
 
 def launch_config(d: int, emulated: bool) -> dict:

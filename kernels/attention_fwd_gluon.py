@@ -58,20 +58,32 @@ def default_stages(pipe: int) -> int:
     return 2 if pipe == 3 else STAGES
 
 
+def unsupported(x: torch.Tensor, spec, causal: bool, has_doc: bool) -> str | None:
+    """None when the Gluon kernel supports a forward of these inputs (x: Q or its bytes, for the device and
+    the head dim), else why not: `eligible`'s checks that need no operand, which the caller can make
+    before the pre-pass (`attention_fwd.fuses_q`)."""
+    why = gluon_unavailable(x)
+    if why is not None:
+        return why
+    if spec.qk != "fp8" or spec.pv != "fp8":
+        return f"qk={spec.qk}, pv={spec.pv}: the fp8 fast path only"
+    if x.shape[-1] != BLOCK:
+        return f"head dim {x.shape[-1]}: {BLOCK} only"
+    if not causal or has_doc:
+        return "causal, without document masking, only"
+    return None
+
+
 def eligible(q, k, v, spec, causal: bool, doc, q_raw, qk_mx: bool) -> str | None:
     """None when the Gluon kernel can run this forward, else why not (for a benchmark's log). q_raw
     (fused Q quantization) is checked by `attention_fwd.forward`, the same for both kernels."""
-    why = gluon_unavailable(q.vals)
+    why = unsupported(q.vals, spec, causal, doc is not None)
     if why is not None:
         return why
-    if spec.qk != "fp8" or spec.pv != "fp8" or qk_mx:
-        return f"qk={spec.qk}, pv={spec.pv}: the fp8 fast path only"
-    if q.vals.shape[-1] != BLOCK:
-        return f"head dim {q.vals.shape[-1]}: {BLOCK} only"
+    if qk_mx:
+        return "a block-scaled QKᵀ: the fp8 fast path only"
     if k.off is None or v.off is None:
         return "no token-block K / V copies"
-    if not causal or doc is not None:
-        return "causal, without document masking, only"
     return None
 
 
