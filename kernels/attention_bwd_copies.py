@@ -24,8 +24,9 @@ the H200) wrote the copy as Vᵀ bytes only for this pass to transpose them back
 per int16 (`_vt_byte_pairs`), not byte by byte. sm_90 SASS per 128 × 128 program, 8 warps: the old
 copies pass 928 instructions (128 LDS.U8) plus the transposed requant's 1352; the new one 808 without
 re-quantization, 1728 with it on the finite path (2336 with the NaN branch). Bytes and scales are the
-old route's (tests/test_attention_bwd_copies.py, interpreter; the GPU tier and the H200 time are not
-run yet).
+old route's (tests/test_attention_bwd_copies.py under the interpreter, and
+test_gpu_backward_deferred_v_copy_is_bit_identical on the H200 at e872c67); there the pass took
+281.5 µs against 143.9 + 180.6 µs for the two kernels before (torch.profiler, S = 8k, B×H = 64).
 """
 from __future__ import annotations
 
