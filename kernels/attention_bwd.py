@@ -44,7 +44,7 @@ import torch
 from . import attention_bwd_gluon
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
-from .attention_bwd_copies import bf16_copies, pre_eligible
+from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
@@ -460,8 +460,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                   HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
+    on_gluon = gluon and attention_bwd_gluon.eligible(
+        q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
+    stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     if pre:
-        qb, dob, kbf, kbbf, vr, vbr, vbs = bf16_copies(q, k, v, do, lse2, moff, delta)
+        qb, dob, kbf, kbbf, vr, vbr, vbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
         dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
@@ -475,11 +478,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block else (moff, moff)  # unread at bn=block
-    on_gluon = gluon and attention_bwd_gluon.eligible(
-        q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     if on_gluon and which != "dq":
-        dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), r_diag,
-                                          r_tile, safeguards, sm_scale)
+        dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile,
+                                          safeguards, sm_scale)
     elif which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, vr, vbr, *scalars, BN=bn,
                                            BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,

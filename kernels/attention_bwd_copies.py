@@ -62,9 +62,11 @@ if HAS_TRITON:
         return to_bf16(do.to(tl.float32) * w[:, None], INTERP)
 
     @triton.jit
-    def _query_copies_kernel(Q, QB, DO, DOS, LSE2, MOFF, DELTA, DOB, S, D: tl.constexpr, BR: tl.constexpr,
-                             SCALED_DO: tl.constexpr, INTERP: tl.constexpr):
-        """QB and (SCALED_DO) DOB for BR query rows of one head."""
+    def _query_copies_kernel(Q, QB, DO, DOS, LSE2, MOFF, DELTA, DOB, QS, STATS, S, D: tl.constexpr,
+                             BR: tl.constexpr, SCALED_DO: tl.constexpr, WITH_STATS: tl.constexpr,
+                             ROWS: tl.constexpr, INTERP: tl.constexpr):
+        """QB and (SCALED_DO) DOB for BR query rows of one head; WITH_STATS (needs SCALED_DO): the rows'
+        statistics as `query_stats` lays them out."""
         bh = tl.program_id(1).to(tl.int64)
         offs_m = tl.program_id(0) * BR + tl.arange(0, BR)
         offs_d = tl.arange(0, D)
@@ -74,6 +76,13 @@ if HAS_TRITON:
             m, linv, delta, do, sdo = row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
             w = tl.full([BR], 1.0, tl.float32) * tl.full([BR], 1.0 / 256.0, tl.float32) * sdo * linv
             tl.store(DOB + rows, scaled_do(do, w, INTERP))
+            if WITH_STATS:
+                base = STATS + bh * ROWS * S + offs_m
+                tl.store(base, tl.load(QS + bh * S + offs_m))
+                tl.store(base + S, m)
+                tl.store(base + 2 * S, linv)
+                tl.store(base + 3 * S, delta)
+                tl.store(base + 4 * S, sdo)
 
     @triton.jit
     def _vt_byte_pairs(VT, base, S, D: tl.constexpr, BR: tl.constexpr):
@@ -134,6 +143,21 @@ if HAS_TRITON:
             _store_byte_pairs(VBR, row0, _vt_byte_pairs(VBT, base, S, D, BR), D, BR)
 
 
+# Rows of `query_stats` per head: s_q, M, 1/l, delta, s_dO, then padding (a TMA box of [8, sub-tile])
+STATS_ROWS = 8
+
+
+def query_stats(q) -> torch.Tensor:
+    """An empty [B·Hq, STATS_ROWS, S] fp32 buffer for `bf16_copies(stats=...)`: per query, the values every
+    dK/dV sub-tile needs (s_q, M = floor(lse2) - M offset, 1/l = exp2(M - lse2), delta, s_dO: `row_stats`'
+    expressions, so the same bits), one row of S per value, so that the Gluon dK/dV kernel copies a
+    sub-tile's five vectors into shared memory with one TMA load instead of five gathers from global memory
+    whose latency each sub-tile waited out (Nsight Compute on the H200: 'long scoreboard' ~20% of its
+    warps' stalls, session9_ncu.sh)."""
+    b, hq, seq, _ = q.vals.shape
+    return torch.empty(b * hq, STATS_ROWS, seq, dtype=torch.float32, device=q.vals.device)
+
+
 def pre_eligible(q, k, v, do, spec) -> bool:
     """The copies serve FP8 Q, K, V and dO bytes with P in fp8 and dS in bf16."""
     fp8 = torch.float8_e4m3fn
@@ -145,12 +169,13 @@ def _rows_per_program(seq: int) -> int:
     return next(r for r in (128, 64, 32, 16, 8, 4, 2, 1) if seq % r == 0)
 
 
-def bf16_copies(q, k, v, do, lse2, moff, delta):
+def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None):
     """(QB, DOB, KBF, KBBF, VR, VBR, VBS) for the backward kernels (see the module docstring). Operands
     as `attention_bwd.backward` takes them; DOB is None without V's off-diagonal copy (P then carries
     V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies. VBS: V's block
     scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows are read
-    on this path) the ones re-quantized here with VBR."""
+    on this path) the ones re-quantized here with VBR. stats: a `query_stats` buffer to fill (with V's
+    copy only: the same pass computes them for DOB)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     dev = q.vals.device
@@ -158,9 +183,14 @@ def bf16_copies(q, k, v, do, lse2, moff, delta):
     warps = 4 if INTERPRET else 8
     qb = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=dev)
     dob = torch.empty_like(qb) if v.off is not None else None
+    if stats is not None and (dob is None or stats.shape != (b * hq, STATS_ROWS, seq)):
+        raise ValueError(f"bf16_copies: stats {tuple(stats.shape)} needs V's token-block copy and the shape "
+                         f"{(b * hq, STATS_ROWS, seq)} (`query_stats`)")
     _query_copies_kernel[(seq // rows, b * hq)](q.vals, qb, do.vals, do.scale, lse2, moff, delta,
-                                                dob if dob is not None else qb, seq, D=d, BR=rows,
-                                                SCALED_DO=dob is not None, INTERP=INTERPRET, num_warps=warps)
+                                                dob if dob is not None else qb, q.scale,
+                                                stats if stats is not None else lse2, seq, D=d, BR=rows,
+                                                SCALED_DO=dob is not None, WITH_STATS=stats is not None,
+                                                ROWS=STATS_ROWS, INTERP=INTERPRET, num_warps=warps)
     requant = v.off is not None and v.off.deferred
     if requant and v.off.block & (v.off.block - 1):  # not a power of two: the separate pass
         v = materialize_off_diagonal(v, QZ)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from ._triton_env import HAS_GLUON, gluon_unavailable
+from .attention_bwd_copies import STATS_ROWS
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -40,7 +41,7 @@ if HAS_GLUON:
 BN = 64  # keys per program: one warpgroup's wgmma M
 BM = 32  # queries per sub-tile
 TB = 128  # the forward's key tile (token block)
-STAGES = 3  # sub-tiles in flight: 3 × 24 KB + K, V and the diagonal's dO tile, two programs per SM
+STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
 NUM_WARPS = 4
 
 
@@ -61,15 +62,19 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 if HAS_GLUON:
 
     @gluon.jit
-    def _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr, QRY: gl.constexpr):
-        """Per query of the sub-tile (`row_stats`): s_q, M, 1/l, delta, s_dO. (Through the stages' TMA
-        instead, five [1, 32] copies per sub-tile, the kernel faulted on the H200: misaligned address,
-        cd5efcf; and Gluon fenced every copy with a CTA barrier.)"""
-        offs = bh.to(gl.int64) * S + start_m + gl.arange(0, BM, layout=QRY)
-        lse2 = gl.load(LSE2 + offs)
-        m = gl.floor(lse2) - gl.load(MOFF + offs).to(gl.float32)
-        linv = gl.exp2(m - lse2)
-        return gl.load(QS + offs), m, linv, gl.load(DELTA + offs), gl.load(DOS + offs)
+    def _stats_row(st_s, i: gl.constexpr, QRY: gl.constexpr):
+        """Row i of a [STATS_ROWS, BM] shared tile as a [BM] vector in QRY = SliceLayout(0, S_L): loaded as
+        [1, BM] in S_L (its rows broadcast) and reduced over that one row (a shared view cannot drop to rank
+        1 in Gluon)."""
+        return gl.max(st_s.slice(i, 1, dim=0).load(QRY.parent), 0)
+
+    @gluon.jit
+    def _query_stats(st_s, QRY: gl.constexpr):
+        """Per query of the sub-tile: s_q, M, 1/l, delta, s_dO (`row_stats`' values), from the stage's copy
+        of `attention_bwd_copies.query_stats` (one TMA box; as five gathers from global memory each
+        sub-tile waited out their latency: Nsight Compute's 'long scoreboard', ~20% of the stalls)."""
+        return (_stats_row(st_s, 0, QRY), _stats_row(st_s, 1, QRY), _stats_row(st_s, 2, QRY),
+                _stats_row(st_s, 3, QRY), _stats_row(st_s, 4, QRY))
 
     @gluon.jit
     def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
@@ -79,11 +84,10 @@ if HAS_GLUON:
         return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
-    def _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM: gl.constexpr,
-                      QRY: gl.constexpr, A_L: gl.constexpr):
+    def _off_operands(st, dpt, kbs, vbs, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
         token-block copies: one K and one V scale for the tile): Pᵀ's E4M3 values and dSᵀ, in bf16."""
-        qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM, QRY)
+        qs, m, linv, delta, sdo = _query_stats(st_s, QRY)
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
@@ -91,28 +95,32 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
-                        WITH_DOB: gl.constexpr, S):
+                        WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
-        the Q8, dO8, QB and (WITH_DOB) DOB tiles."""
-        q_desc, do_desc, qb_desc, dob_desc = descs
-        q_s, do_s, qb_s, dob_s = smems
+        the Q8, dO8, QB, the queries' statistics and (WITH_DOB) DOB tiles."""
+        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
+        q_s, do_s, qb_s, dob_s, st_s = smems
         stage = (c + j) % STAGES
         bar = ready.index(stage)
         row = bh * S + lo + j * BM
-        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes
+        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
                                 + (dob_desc.block_type.nbytes if WITH_DOB else 0))
+        # the stage's statistics were read with plain shared-memory loads (generic proxy): order those reads
+        # before the TMA (async proxy) overwrites them
+        fence_async_shared()
         mbarrier.expect(bar, nbytes)
         tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
         tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
         tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
         if WITH_DOB:
             tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
 
     @gluon.jit
-    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, QS, LSE2, MOFF,
-                           DELTA, DOS, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G,
-                           D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                           STAGES: gl.constexpr, SAFE: gl.constexpr):
+    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
+                           VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                           BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
+                           STATS_ROWS: gl.constexpr):
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
@@ -135,8 +143,9 @@ if HAS_GLUON:
         qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
         dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
         dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
-        descs = (q_desc, do_desc, qb_desc, dob_desc)
-        smems = (q_s, do_s, qb_s, dob_s)
+        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
+        descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
+        smems = (q_s, do_s, qb_s, dob_s, st_s)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
@@ -158,7 +167,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S)
+                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_ROWS)
                 stage = c % STAGES
                 start_m = first + j * BM
                 offs_m = start_m + gl.arange(0, BM, layout=QRY)
@@ -167,7 +176,7 @@ if HAS_GLUON:
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                qs, m, linv, delta, sdo = _query_stats(QS, LSE2, MOFF, DELTA, DOS, bh, start_m, S, BM, QRY)
+                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
@@ -205,7 +214,7 @@ if HAS_GLUON:
             if n_off > 0:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
-                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S)
+                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 stage = c % STAGES
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -217,19 +226,17 @@ if HAS_GLUON:
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                     dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
-                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S,
-                                           BM, QRY, A_L)
+                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                     dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                     dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                     # everything retires here: an accumulator still in flight across the loop's back edge
                     # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
                     st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
                     if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
-                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S)
+                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, QS, LSE2, MOFF, DELTA, DOS, bh, lo + j * BM, S, BM,
-                                       QRY, A_L)
+                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                 dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                 dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
@@ -249,36 +256,40 @@ def _layout(block, dtype):
     return gl.NVMMASharedLayout.get_default_for(block, dtype)
 
 
-def descriptors(q, k, do, qb, dob, vr, vbr):
+def descriptors(q, k, do, qb, dob, vr, vbr, stats):
     """TMA descriptors over 2-D row views ([rows, D]): the query side in [BM, D] sub-tiles (Q8, dO8 and
     the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
-    copy's rows, `attention_bwd_copies`)."""
+    copy's rows, `attention_bwd_copies`); the queries' statistics (`attention_bwd_copies.query_stats`,
+    [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes, unswizzled: each row is read as one vector."""
     d = q.vals.shape[-1]
 
     def desc(t, rows, dtype):
         return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
 
     f8, bf = gl.float8e4nv, gl.bfloat16
+    plain = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
-            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8))
+            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st)
 
 
 # Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
-def dkdv(q, k, v, do, lse2, moff, delta, copies, r_diag, r_tile, safeguards: bool, sm_scale: float):
+def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
-    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); r_diag, r_tile: the fold's
-    row factors, `attention_bwd._fold_rows`)."""
+    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); stats: the queries'
+    statistics it filled, `attention_bwd_copies.query_stats`; r_diag, r_tile: the fold's row factors,
+    `attention_bwd._fold_rows`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dob, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
     _dkdv_gluon_kernel[(seq // BN, b * hkv)](
-        *descriptors(q, k, do, qb, dob, vr, vbr), q.scale, lse2, moff, delta, do.scale, k.scale,
-        k.off.scale, v.scale, v.off.scale, r_diag, r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq,
-        hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, num_warps=NUM_WARPS,
+        *descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag, r_tile,
+        dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES,
+        SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=NUM_WARPS,
     )
     return dk, dv

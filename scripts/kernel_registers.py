@@ -232,10 +232,12 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
     q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
     k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
-    consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards)
-    ptx = _compile_gluon(G._dkdv_gluon_kernel, G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8)),
-                         ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 6
-                         + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, {"num_warps": G.NUM_WARPS})
+    consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
+    stats = torch.empty(1, G.STATS_ROWS, seq)
+    ptx = _compile_gluon(G._dkdv_gluon_kernel,
+                         G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
+                         ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts,
+                         {"num_warps": G.NUM_WARPS})
     return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 

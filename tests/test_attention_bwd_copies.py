@@ -9,7 +9,7 @@ import torch
 from attention_saved import backward_args
 from flamia_kernels import AttentionSpec, attention_bwd
 from flamia_kernels import quantize as QZ
-from flamia_kernels.attention_bwd_copies import bf16_copies
+from flamia_kernels.attention_bwd_copies import STATS_ROWS, bf16_copies, query_stats
 from flamia_kernels.attention_operands import OffDiagonal, Operand, materialize_off_diagonal
 from flamia_kernels.formats import FP8_TINY
 
@@ -82,3 +82,27 @@ def test_backward_with_deferred_copy_is_bit_identical(causal, hq, hkv, half):
         for name, a, b in zip(("dQ", "dK", "dV"), got, given, strict=True):
             assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}"
     assert args[2].off.deferred  # the caller's operand is left as it was
+
+
+def test_query_stats_are_the_row_stats():
+    """`bf16_copies(stats=...)` writes, per query, s_q, M, 1/l, delta and s_dO in `query_stats`' rows: the
+    values `row_stats` gives the kernels (M = floor(lse2) - M offset, 1/l = exp2(M - lse2)), the copies
+    unchanged; the padding rows are left alone. A buffer of the wrong shape is refused."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 4, 2, 384, 64, seed=11)
+    qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do)[:7]
+    stats = query_stats(qo).fill_(-7.0)
+    got = bf16_copies(qo, ko, vo, doo, lse2, moff, delta, stats)
+    want = bf16_copies(qo, ko, vo, doo, lse2, moff, delta)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    rows = lambda t: t.reshape(stats.shape[0], -1)  # noqa: E731  [B·Hq, S]
+    m = torch.floor(rows(lse2)) - rows(moff).float()
+    assert torch.equal(stats[:, 0], rows(qo.scale))
+    assert torch.equal(stats[:, 1], m)
+    torch.testing.assert_close(stats[:, 2], torch.exp2(m - rows(lse2)), rtol=2e-7, atol=0)
+    assert torch.equal(stats[:, 3], rows(delta))
+    assert torch.equal(stats[:, 4], rows(doo.scale))
+    assert (stats[:, STATS_ROWS - 3:] == -7.0).all()
+    with pytest.raises(ValueError, match="query_stats"):
+        bf16_copies(qo, ko, vo, doo, lse2, moff, delta, stats[:, :, :128])
