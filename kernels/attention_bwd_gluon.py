@@ -97,49 +97,24 @@ if HAS_GLUON:
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
-        the Q8, dO8, QB tiles, the queries' statistics and (WITH_DOB) the DOB tile, each signalling its own
-        mbarrier ring (`ready`, five allocations). Triton 3.6's membar pass puts a CTA barrier between any
-        two operations on one mbarrier allocation (expect, copy, wait; the index is not looked at): on one
-        ring the issue cost a `bar.sync` per copy (6 an off-diagonal sub-tile with four copies); on one
-        ring each, the expects, then the copies, go between two of them: 3. Without DOB its ring's phase
-        still advances (an expect of 0 bytes is a plain arrive; `mbarrier.arrive` got a CTA barrier of its
-        own), so a stage's rings stay in step: phase (c + j) // STAGES."""
+        the Q8, dO8, QB, the queries' statistics and (WITH_DOB) DOB tiles."""
         q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
         q_s, do_s, qb_s, dob_s, st_s = smems
         stage = (c + j) % STAGES
-        q_bar = ready[0].index(stage)
-        do_bar = ready[1].index(stage)
-        qb_bar = ready[2].index(stage)
-        dob_bar = ready[3].index(stage)
-        st_bar = ready[4].index(stage)
+        bar = ready.index(stage)
         row = bh * S + lo + j * BM
+        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
+                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
         # the stage's statistics were read with plain shared-memory loads (generic proxy): order those reads
         # before the TMA (async proxy) overwrites them
         fence_async_shared()
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        mbarrier.expect(do_bar, do_desc.block_type.nbytes)
-        mbarrier.expect(qb_bar, qb_desc.block_type.nbytes)
-        mbarrier.expect(st_bar, st_desc.block_type.nbytes)
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
+        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
         if WITH_DOB:
-            mbarrier.expect(dob_bar, dob_desc.block_type.nbytes)
-        else:
-            mbarrier.expect(dob_bar, 0)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], q_bar, q_s.index(stage))
-        tma.async_copy_global_to_shared(do_desc, [row, 0], do_bar, do_s.index(stage))
-        tma.async_copy_global_to_shared(qb_desc, [row, 0], qb_bar, qb_s.index(stage))
-        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], st_bar, st_s.index(stage))
-        if WITH_DOB:
-            tma.async_copy_global_to_shared(dob_desc, [row, 0], dob_bar, dob_s.index(stage))
-
-    @gluon.jit
-    def _wait_sub_tile(ready, stage, phase, WITH_DOB: gl.constexpr):
-        """Sub-tile of stage `stage` in shared memory: its Q8, dO8, QB, statistics and (WITH_DOB) DOB copies."""
-        mbarrier.wait(ready[0].index(stage), phase)
-        mbarrier.wait(ready[1].index(stage), phase)
-        mbarrier.wait(ready[2].index(stage), phase)
-        mbarrier.wait(ready[4].index(stage), phase)
-        if WITH_DOB:
-            mbarrier.wait(ready[3].index(stage), phase)
+            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
@@ -171,16 +146,10 @@ if HAS_GLUON:
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
         descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
         smems = (q_s, do_s, qb_s, dob_s, st_s)
-        # one mbarrier ring per copy of a stage, five allocations (`_issue_sub_tile`)
-        ready = (gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
-            for o in gl.static_range(5):
-                mbarrier.init(ready[o].index(i), count=1)
+            mbarrier.init(ready.index(i), count=1)
         mbarrier.init(kv_bar, count=1)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
@@ -206,7 +175,7 @@ if HAS_GLUON:
                     r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
-                _wait_sub_tile(ready, stage, (c // STAGES) & 1, False)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -247,14 +216,14 @@ if HAS_GLUON:
                     if i < n_off:
                         _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 stage = c % STAGES
-                _wait_sub_tile(ready, stage, (c // STAGES) & 1, True)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
                 for j in range(0, n_off - 1):
                     stage = (c + j) % STAGES
                     nxt = (c + j + 1) % STAGES
-                    _wait_sub_tile(ready, nxt, ((c + j + 1) // STAGES) & 1, True)
+                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                     dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                     pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
@@ -274,8 +243,7 @@ if HAS_GLUON:
                 c += n_off
 
         for i in gl.static_range(STAGES):
-            for o in gl.static_range(5):
-                mbarrier.invalidate(ready[o].index(i))
+            mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(kv_bar)
         offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))

@@ -93,28 +93,16 @@ if HAS_GLUON:
     def _issue_tile(t, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
                     STAGES: gl.constexpr, BLOCK: gl.constexpr):
         """TMA of key tile t into stage t % STAGES: the token-block copies off the diagonal (t < n_off),
-        the per-token bytes for the diagonal tile (t == n_off). ready: (K's, Vᵀ's) mbarrier rings, two
-        allocations: Triton 3.6's membar pass puts a CTA barrier between any two operations on one
-        mbarrier allocation (expect, copy, wait; the index is not looked at), so one ring for both copies
-        cost 4 `bar.sync` a tile (expect | copy | copy | wait). With a ring each, both expects, then
-        both copies, go between two of them: 3 a tile."""
+        the per-token bytes for the diagonal tile (t == n_off)."""
         stage = t % STAGES
-        k_bar = ready[0].index(stage)
-        v_bar = ready[1].index(stage)
-        mbarrier.expect(k_bar, kb_desc.block_type.nbytes)  # k_desc's tiles have the same bytes, as vt_desc's
-        mbarrier.expect(v_bar, vbt_desc.block_type.nbytes)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
         if t < n_off:
-            tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], k_bar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], v_bar, v_smem.index(stage))
+            tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
         else:
-            tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], k_bar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], v_bar, v_smem.index(stage))
-
-    @gluon.jit
-    def _wait_tile(ready, stage, phase):
-        """Key tile of stage `stage` in shared memory: both its K and Vᵀ copies (`_issue_tile`)."""
-        mbarrier.wait(ready[0].index(stage), phase)
-        mbarrier.wait(ready[1].index(stage), phase)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
 
     @gluon.jit
     def _row_max(s):
@@ -221,13 +209,10 @@ if HAS_GLUON:
         q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
         k_smem = gl.allocate_shared_memory(kb_desc.dtype, [STAGES, BLOCK, D], kb_desc.layout)
         v_smem = gl.allocate_shared_memory(vbt_desc.dtype, [STAGES, D, BLOCK], vbt_desc.layout)
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        ready = (k_ready, v_ready)  # one mbarrier per copy, two allocations: `_issue_tile`
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
 
         if not FUSE_Q:
@@ -262,13 +247,12 @@ if HAS_GLUON:
                 nxt = gl.minimum(t + 1, n_off - 1)  # within the head's tiles: the last one reloads itself
                 kbs_n = gl.load(KBS + kvb_off + nxt)
                 vsb_n = gl.load(VBS + kvb_off + nxt)
-                mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
+                mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
                 p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 acc = acc * (alpha * (cv / vsb))[:, None]
-                mbarrier.wait(v_ready.index(stage), (t // STAGES) & 1)  # Vᵀ's copy, waited for at its use
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 cv = vsb
@@ -276,17 +260,17 @@ if HAS_GLUON:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
                                 v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES
-            mbarrier.wait(k_ready.index(stage), (n_off // STAGES) & 1)  # Vᵀ's: at the diagonal's P·V
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
-            _wait_tile(ready, 0, 0)
+            mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             for t in range(0, n_off):
                 stage = t % STAGES
                 nxt = (t + 1) % STAGES
-                _wait_tile(ready, nxt, ((t + 1) // STAGES) & 1)
+                mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
                 s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
                 vsb = gl.load(VBS + kvb_off + t)
@@ -301,7 +285,7 @@ if HAS_GLUON:
             stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
         else:
             if n_off > 0:  # tile 0's scores and softmax; its P·V is issued with tile 1's scores
-                _wait_tile(ready, 0, 0)
+                mbarrier.wait(ready.index(0), 0)
                 s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha_prev = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
@@ -309,7 +293,7 @@ if HAS_GLUON:
                 for t in range(1, n_off):
                     stage = t % STAGES
                     prev = (t - 1) % STAGES
-                    _wait_tile(ready, stage, (t // STAGES) & 1)
+                    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                     # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by the loop is
                     # unpacked to a byte per register and repacked at its use (+224 SASS instructions a tile)
                     p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
@@ -340,7 +324,7 @@ if HAS_GLUON:
                 acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
                 cv = vsb_prev
             stage = n_off % STAGES
-            _wait_tile(ready, stage, (n_off // STAGES) & 1)
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         acc = acc * cv  # true units for the per-token diagonal product
@@ -364,15 +348,12 @@ if HAS_GLUON:
         m_i = m_new
         x = p * vs[None, :] * gl.div_rn(gl.full([BM], 1.0, gl.float32, ROW), r)[:, None]
         x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
-        if PIPE == 3:  # its loop and the diagonal's scores waited for K's copy only
-            mbarrier.wait(v_ready.index(stage), (n_off // STAGES) & 1)
         pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
         pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
         acc = acc * alpha[:, None] + pv * r[:, None]
 
         for i in gl.static_range(STAGES):
-            mbarrier.invalidate(k_ready.index(i))
-            mbarrier.invalidate(v_ready.index(i))
+            mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(q_bar)
         if FUSE_Q:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
