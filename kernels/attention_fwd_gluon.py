@@ -238,19 +238,13 @@ if HAS_GLUON:
 
         if PIPE == 3:  # one accumulator chained through the P·V products (`attention_fwd`'s CHAIN): no
             # fresh [BM, D] product tile, so ~64 registers fewer and three programs per SM (maxnreg)
-            kbs_n = gl.load(KBS + kvb_off)  # tile t's block scales are loaded a tile ahead: their latency
-            vsb_n = gl.load(VBS + kvb_off)  # hides behind a whole tile instead of a QKᵀ (ncu: long scoreboard)
             for t in range(0, n_off):
                 stage = t % STAGES
-                kbs = kbs_n
-                vsb = vsb_n
-                nxt = gl.minimum(t + 1, n_off - 1)  # within the head's tiles: the last one reloads itself
-                kbs_n = gl.load(KBS + kvb_off + nxt)
-                vsb_n = gl.load(VBS + kvb_off + nxt)
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
+                vsb = gl.load(VBS + kvb_off + t)
                 p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
