@@ -233,22 +233,20 @@ if HAS_TRITON:
 
     @triton.jit
     def _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S, P_GLOB,
-                qdoc, DOC, doc_off, KB, kbs, VBT, vbs, KBF, KBBF, VR, VBR, D: tl.constexpr, BM: tl.constexpr,
+                qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_DOC: tl.constexpr, K_OFF: tl.constexpr, V_OFF: tl.constexpr, TINY: tl.constexpr,
                 INTERP: tl.constexpr, TB: tl.constexpr, PRE: tl.constexpr, DP_EARLY: tl.constexpr):
         """One BN-key sub-tile's contribution to the dQ of BM query rows; DIAG: inside the forward's
         key tile (TB keys) holding those rows (per-token K, V), else the token-block copies where
         the spec has them. PRE: K's bytes as bf16 for the dQ product (KBF, KBBF) and V's rows
-        (VR, VBR) come precomputed (`attention_bwd_copies`), so no sub-tile converts or transposes them.
-        kbs, vbs: the token-block copies' scales of the tile holding these keys (read off the diagonal only),
-        loaded by the caller a sub-tile ahead (`_block_scales`)."""
+        (VR, VBR) come precomputed (`attention_bwd_copies`), so no sub-tile converts or transposes them."""
         cols = start_n + tl.arange(0, BN)
         key_off = K_OFF and not DIAG
         val_off = V_OFF and not DIAG
         if key_off:
             k = tl.load(KB + bhk * S * D + cols[:, None] * D + offs_d[None, :])
-            ks = tl.zeros([BN], tl.float32) + kbs
+            ks = tl.zeros([BN], tl.float32) + tl.load(KBS + bhk * (S // TB) + start_n // TB)
         else:
             k = tl.load(K + bhk * S * D + cols[:, None] * D + offs_d[None, :])
             ks = tl.load(KS + bhk * S + cols)
@@ -259,7 +257,7 @@ if HAS_TRITON:
         else:
             v = tl.load((VBT if val_off else VT) + bhk * S * D + offs_d[None, :] * S + cols[:, None])
         if val_off:
-            vs = tl.zeros([BN], tl.float32) + vbs
+            vs = tl.zeros([BN], tl.float32) + tl.load(VBS + bhk * (S // TB) + start_n // TB)
         else:
             vs = tl.load(VS + bhk * S + cols)
         s = mma(q, tl.trans(k), INTERP) * (qs[:, None] * ks[None, :])
@@ -285,17 +283,6 @@ if HAS_TRITON:
             kb = k.to(tl.bfloat16)
         dq += mma(yq.to(tl.bfloat16), kb, INTERP) * ys[:, None]
         return dq
-
-    @triton.jit
-    def _block_scales(KBS, VBS, bhk, start_n, S, TB: tl.constexpr, K_OFF: tl.constexpr, V_OFF: tl.constexpr):
-        """The token-block copies' K and V scales of the tile holding key start_n (1.0 for a copy the spec
-        lacks: unread then). The dQ kernel loads them a sub-tile ahead: as loads inside `_q_tile` each
-        sub-tile waited out their latency (Nsight Compute on the H200: 'long scoreboard' ~18% of the dQ
-        kernel's stalls; Triton pipelines only the loads that feed a product)."""
-        blk = bhk * (S // TB) + start_n // TB
-        kbs = tl.load(KBS + blk) if K_OFF else 1.0
-        vbs = tl.load(VBS + blk) if V_OFF else 1.0
-        return kbs, vbs
 
     @triton.jit
     def _dq_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DQ,
@@ -328,23 +315,18 @@ if HAS_TRITON:
         tile = pid_m * BM // TB * TB  # the forward's key tile holding these rows: per-token K, V there
         # causal: its keys up to the last row (later sub-tiles are masked for every row)
         tile_end = pid_m * BM + BM if CAUSAL else tile + TB
-        kbs_n, vbs_n = _block_scales(KBS, VBS, bhk, lo, S, TB, K_OFF, V_OFF)
         for start_n in range(lo, tile, BN):
-            kbs, vbs = kbs_n, vbs_n
-            # the next sub-tile's (a valid block: the last one reloads its own)
-            kbs_n, vbs_n = _block_scales(KBS, VBS, bhk, tl.minimum(start_n + BN, tile - BN), S, TB, K_OFF, V_OFF)
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                         P_GLOB, qdoc, DOC, doc_off, KB, kbs, VBT, vbs, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, False,
+                         P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, False,
                          CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
-        for start_n in range(tile, tile_end, BN):  # the diagonal tile: masked when causal, per-token K and V
+        for start_n in range(tile, tile_end, BN):  # the diagonal tile: masked when causal
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                         P_GLOB, qdoc, DOC, doc_off, KB, 1.0, VBT, 1.0, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, True,
+                         P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, True,
                          CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
         if not CAUSAL:
             for start_n in range(tile_end, hi, BN):
-                kbs, vbs = _block_scales(KBS, VBS, bhk, start_n, S, TB, K_OFF, V_OFF)
                 dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
-                             P_GLOB, qdoc, DOC, doc_off, KB, kbs, VBT, vbs, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT,
+                             P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT,
                              False, CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
         tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
