@@ -9,11 +9,13 @@ it issues them. Here each off-diagonal sub-tile j runs
     issue dV += Pᵀ(j)·dOb(j) and dK += dSᵀ(j)·Qb(j)                   (async, bf16, chained)
     wait for Sᵀ(j + 1), dPᵀ(j + 1) only (dV, dK of j stay in flight)
 
-with every operand in shared memory (TMA, a ring of stages; K and V rows from `attention_bwd_copies`),
-so no register holds a K or V copy. The arithmetic is `_kv_tile`'s for the fast path, operation for
-operation (the diagonal sub-tiles with V's per-token scale folded into P and the fold's row factor
-precomputed, `_fold_rows`; the off-diagonal ones on the token-block copies), and the MMA shapes are
-the same, so dK and dV match the Triton kernel (the GPU tests compare them).
+with every operand in shared memory (TMA, a ring of stages; K and V rows from `attention_bwd_copies`, and
+each sub-tile's query statistics from its `query_stats`: gathered from global memory per sub-tile, their
+latency was a fifth of the warps' stalls), so no register holds a K or V copy. The arithmetic is
+`_kv_tile`'s for the fast path, operation for operation (the diagonal sub-tiles with V's per-token scale
+folded into P and the fold's row factor precomputed, `_fold_rows`; the off-diagonal ones on the
+token-block copies), and the MMA shapes are the same, so dK and dV match the Triton kernel (the GPU
+tests compare them).
 
 Scope (`eligible`): CUDA sm_90, the fast path's `pre` launch (64 keys, sub-tiles of 32, D = 128, fp8
 Q / K / V / dO with P fp8 and dS bf16, the token-block copies), causal, no document masking, dQ by its
