@@ -406,7 +406,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     v.off may be ``deferred`` (`attention_operands.OffDiagonal`): pre re-quantizes it within the copies,
     any other launch computes it first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
-    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch).
+    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch);
+    "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -423,6 +424,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         v = materialize_off_diagonal(v, QZ)
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
+    gluon_dq = config.pop("gluon_dq", 0)
+    if gluon_dq not in (0, 32, 64):
+        raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
+                         f"Gluon dQ kernel's key sub-tile)")
     if pre and not pre_eligible(q, k, v, do, spec):
         raise ValueError(f"backward config pre=True needs fp8 Q, K, V and dO with pv=fp8 and ds=bf16, the spec is "
                          f"{spec}; use pre=False")
@@ -489,7 +494,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:
         dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-        if which != "dkdv":
+        dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
+            q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
+        if which != "dkdv" and dq_on_gluon:
+            dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), sm_scale,
+                                        gluon_dq)
+        elif which != "dkdv":
             _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
                                             PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
     return dq, dk, dv

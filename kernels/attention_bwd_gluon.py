@@ -254,6 +254,129 @@ if HAS_GLUON:
         gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
 
 
+    @gluon.jit
+    def _issue_key_sub_tile(j, n_off, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
+        """TMA of key sub-tile j of a dQ program (keys j·BN.. of its head) into stage j % STAGES: K's bytes,
+        V's rows and K's bf16 copy, the token-block copies' off the diagonal (j < n_off)."""
+        k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc = descs
+        k_s, v_s, kbf_s = smems
+        stage = j % STAGES
+        bar = ready.index(stage)
+        mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kbf_desc.block_type.nbytes)
+        row = kv_row + j * BN
+        if j < n_off:
+            tma.async_copy_global_to_shared(kb_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vbr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbbf_desc, [row, 0], bar, kbf_s.index(stage))
+        else:
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
+
+    @gluon.jit
+    def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
+                         DELTA, DOS, KS, KBS, VS, VBS, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
+                         BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
+        """dQ of BM query rows (`attention_bwd._dq_kernel` at the fast path's launch, the same products and
+        elementwise expressions). Each key sub-tile's products are waited for as soon as they are issued,
+        as in the forward's chained variant, so that a program fits MAXNREG_DQ registers and three run per
+        SM: with S and dP of the next sub-tile in flight it needed 203 and ran slower (f61bd6d)."""
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        ROW: gl.constexpr = gl.SliceLayout(1, S_L)
+        COL: gl.constexpr = gl.SliceLayout(0, S_L)
+
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)  # longest causal rows first
+        bh = gl.program_id(1)
+        bhk = bh // G
+        first = pid_m * BM
+        tile = first // TB * TB  # the forward's key tile holding these rows: per-token K, V there
+        n_off = tile // BN
+        n_all = (first + BM) // BN  # causal: the diagonal tile's keys up to the last row
+        kv_off = bhk.to(gl.int64) * S
+        kvb_off = bhk.to(gl.int64) * (S // TB)
+
+        q_s = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
+        k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
+        v_s = gl.allocate_shared_memory(vr_desc.dtype, [STAGES, BN, D], vr_desc.layout)
+        kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, BN, D], kbf_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(q_bar, count=1)
+        descs = (k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc)
+        smems = (k_s, v_s, kbf_s)
+
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_s)
+        tma.async_copy_global_to_shared(do_desc, [bh * S + first, 0], q_bar, do_s)
+        for i in gl.static_range(STAGES):
+            if i < n_all:
+                _issue_key_sub_tile(i, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+        offs_m = first + gl.arange(0, BM, layout=ROW)
+        rows = bh.to(gl.int64) * S + offs_m
+        qs = gl.load(QS + rows) * qk_scale
+        lse2 = gl.load(LSE2 + rows)
+        m = gl.floor(lse2) - gl.load(MOFF + rows).to(gl.float32)
+        linv = gl.exp2(m - lse2)
+        delta = gl.load(DELTA + rows)
+        sdo = gl.load(DOS + rows)
+        dq = gl.zeros([BM, D], gl.float32, O_L)
+        zero = gl.zeros([BM, BN], gl.float32, S_L)
+        mbarrier.wait(q_bar, 0)
+
+        # off the diagonal: the token-block copies, one K and one V scale per tile (loaded before the
+        # products are issued, so their latency hides behind them)
+        for j in range(0, n_off):
+            stage = j % STAGES
+            kbs = gl.load(KBS + kvb_off + j * BN // TB)
+            vbs = gl.load(VBS + kvb_off + j * BN // TB)
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+            s = s * (qs * kbs)[:, None]
+            p = gl.exp2(s - (m - 8.0)[:, None])
+            dp = dp * (sdo * vbs)[:, None]
+            ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+            y = gl.convert_layout((ds * kbs).to(gl.bfloat16), A_L)
+            dq = warpgroup_mma(y, kbf_s.index(stage), dq, is_async=True)
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+            if j + STAGES < n_all:  # sub-tile j's stage is free: every product reading it has retired
+                _issue_key_sub_tile(j + STAGES, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+        # the diagonal tile: per-token K and V, causal
+        for j in range(n_off, n_all):
+            stage = j % STAGES
+            cols = j * BN + gl.arange(0, BN, layout=COL)
+            ks = gl.load(KS + kv_off + cols)
+            vs = gl.load(VS + kv_off + cols)
+            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+            s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+            s = s * (qs[:, None] * ks[None, :])
+            s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+            p = gl.exp2(s - (m - 8.0)[:, None])
+            dp = dp * (sdo[:, None] * vs[None, :])
+            ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+            y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
+            dq = warpgroup_mma(y, kbf_s.index(stage), dq, is_async=True)
+            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+            if j + STAGES < n_all:
+                _issue_key_sub_tile(j + STAGES, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(q_bar)
+        offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        out = (bh.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(DQ + out, (dq * sm_scale).to(gl.bfloat16))
+
+
 def _layout(block, dtype):
     return gl.NVMMASharedLayout.get_default_for(block, dtype)
 
@@ -295,3 +418,54 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
         SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=NUM_WARPS,
     )
     return dk, dv
+
+
+DQ_BM = 64  # query rows per dQ program: one warpgroup's wgmma M
+DQ_STAGES = 3  # key sub-tiles in flight: 3 × (BN × 512 B) + Q's and dO's 8 KB each; three programs per SM
+MAXNREG_DQ = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
+
+
+def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
+    """None when the Gluon dQ kernel can run this backward under launch `cfg`, else why not."""
+    why = gluon_unavailable(q.vals)
+    if why is not None:
+        return why
+    if not cfg.get("pre") or cfg.get("bm") != DQ_BM or cfg.get("dq") != "kernel":
+        return "the fast path's launch only (pre, bm = 64, dQ by its own kernel)"
+    if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
+        return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
+    if not causal or doc is not None:
+        return "causal, without document masking, only"
+    return None
+
+
+def dq_descriptors(q, k, do, copies, bn: int):
+    """TMA descriptors of the dQ kernel: Q8 and dO8 in [DQ_BM, D] tiles, K8, its token-block copy, V's rows,
+    the copy's rows and K's bf16 copies (`attention_bwd_copies`) in [bn, D] key sub-tiles."""
+    d = q.vals.shape[-1]
+    _, _, kbf, kbbf, vr, vbr = copies
+
+    def desc(t, rows, dtype):
+        return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
+
+    f8, bf = gl.float8e4nv, gl.bfloat16
+    return (desc(q.vals, DQ_BM, f8), desc(do.vals, DQ_BM, f8), desc(k.vals, bn, f8), desc(k.off.vals, bn, f8),
+            desc(vr, bn, f8), desc(vbr, bn, f8), desc(kbf, bn, bf), desc(kbbf, bn, bf))
+
+
+@torch.compiler.disable
+def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64):
+    """dQ [B, Hq, S, D] bf16 for the cases `dq_eligible` accepts (`attention_bwd.backward`'s operands;
+    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR)); bn: keys per sub-tile (32
+    or 64; the products' sums run in the same order either way)."""
+    if bn not in (32, 64):
+        raise ValueError(f"gluon dQ key sub-tile {bn}: allowed 32 or 64")
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
+        *dq_descriptors(q, k, do, copies, bn), q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale,
+        v.off.scale, out, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
+        STAGES=DQ_STAGES, num_warps=NUM_WARPS, maxnreg=MAXNREG_DQ,
+    )
+    return out

@@ -241,12 +241,35 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
+def gluon_dq_report(bn: int) -> dict:
+    """compile_report for the sm_90 Gluon dQ kernel (`attention_bwd_gluon.dq`, launch option gluon_dq) on key
+    sub-tiles of bn, at the registers its launch caps (three programs per SM)."""
+    import torch
+
+    _import_kernels()
+    from flamia_kernels import attention_bwd_gluon as G
+
+    f8, bf, seq, d = torch.float8_e4m3fn, torch.bfloat16, 4 * G.TB, G.TB
+    rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
+    q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
+    k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
+    copies = (None, None, rows(bf), rows(bf), rows(f8), rows(f8))
+    consts = dict(D=d, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES)
+    ptx = _compile_gluon(G._dq_gluon_kernel, G.dq_descriptors(q, k, do, copies, bn),
+                         ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 4
+                         + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
+                         {"num_warps": G.NUM_WARPS, "maxnreg": G.MAXNREG_DQ})
+    flag = ":gluondq" if bn == 64 else ":gluondq32"
+    return {"config": f"{G.NUM_WARPS}x{G.DQ_STAGES}x{bn}:bm64:pre{flag}", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon"),
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon"),
                     default=["fwd", "dkdv", "dq"],
-                    help="fwd_gluon / dkdv_gluon: the sm_90 Gluon forward / dK/dV kernel (fp8, D = 128; the forward's "
-                         "configs :gluon[:chain|:pipeN], its stages follow the variant)")
+                    help="fwd_gluon / dkdv_gluon / dq_gluon: the sm_90 Gluon forward / dK/dV / dQ kernel (fp8, D = "
+                         "128; the forward's configs :gluon[:chain|:pipeN], its stages follow the variant; dq_gluon "
+                         "compiles key sub-tiles of 64 and 32)")
     ap.add_argument("--configs", nargs="*", type=parse_config, default=[],
                     help="launch configs to add to each kernel's default, e.g. 8x2x32 8x1x16:atomic")
     ap.add_argument("--spec", default="fp8", help="an AttentionSpec preset or per-operand string")
@@ -271,6 +294,16 @@ def main(argv=None) -> int:
                 continue  # the block-scaled QKᵀ is the forward's
             if cfg and kernel.endswith("_gluon") != bool(cfg.get("gluon")):
                 continue  # the Gluon kernels' configs say :gluon, the Triton kernels' do not
+            if kernel == "dq_gluon":
+                if cfg:
+                    continue  # its two sub-tiles, below
+                for bn in (64, 32):
+                    r = gluon_dq_report(bn)
+                    print(f"{kernel:9s} {r['config']:28s} {r['registers']:5d} {r['spill_stores']:9d} "
+                          f"{r['spill_loads']:9d}" + (" serialized (C7514)" if r["serialized"] else ""), flush=True)
+                    if args.mma:
+                        print("       mma: " + ", ".join(r["mma"]), flush=True)
+                continue
             if kernel == "dkdv_gluon":
                 if cfg:
                     continue  # one launch: the fast path's

@@ -20,7 +20,8 @@ imports them when it runs).
       :late    backward: issue dP after the softmax work instead of before it (dp_early off)
       :dkdv / :dq         backward: run one kernel only
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
-               path's pre / half / x32 launch)
+               path's pre / half / x32 launch); :gluondq / :gluondq32 its dQ kernel likewise, on key
+               sub-tiles of 64 / 32
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
-          "pipe2": ("pipe", 2), "chain": ("pipe", 3),
+          "pipe2": ("pipe", 2), "chain": ("pipe", 3), "gluondq": ("gluon_dq", 64), "gluondq32": ("gluon_dq", 32),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}
