@@ -360,13 +360,16 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     gluon (fast path's default): on sm_90 the dK/dV kernel of `attention_bwd_gluon` (TMA stages, S and
     dP of the next sub-tile in flight during the elementwise work), bit-identical to this one: 5.77
     against 6.20 ms at S = 8k, B×H = 64, copies included (cd5efcf); elsewhere (document masking,
-    another launch) the Triton kernel."""
+    another launch) the Triton kernel. gluon_dq = 32 (fast path's default): on sm_90 the dQ kernel of
+    `attention_bwd_gluon` too (TMA stages of 32 keys, three programs per SM), bit-identical to the Triton
+    dQ kernel: 2.728 against 2.895 ms at S = 8k, B×H = 64, copies included (688226c; 2.749 with
+    64-key sub-tiles)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
-                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True}
+                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "gluon_dq": 32}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 

@@ -165,7 +165,8 @@ def test_gpu_backward_half_tile_programs_match(spec):
     spec = AttentionSpec.parse(spec)
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=9)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    base = {**attention_bwd.launch_config(128, spec.ds, spec.emulated), "gluon": False}  # the Triton kernel's
+    # the Triton kernels' launches
+    base = {**attention_bwd.launch_config(128, spec.ds, spec.emulated), "gluon": False, "gluon_dq": 0}
     full = attention_bwd.backward(*args, config={**base, "bn": 128})
     half = attention_bwd.backward(*args, config={**base, "bn": 64})
     errs = [_rel(a, b) for a, b in zip(half, full, strict=True)]
@@ -184,7 +185,7 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=41)
     args = backward_args(spec, q, k, v, do, causal=causal, sm_scale=128 ** -0.5)
-    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False, "gluon_dq": 0}  # the Triton kernels' launches
     assert base.get("pre") is True
     pre = attention_bwd.backward(*args, config=base)
     for extra in ({"pre": False}, {"dp_early": False}):
@@ -248,7 +249,7 @@ def test_gpu_backward_launch_variants_match_the_default(variant):
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=13)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
-    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False}  # the Triton dK/dV kernel's launches
+    base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False, "gluon_dq": 0}  # the Triton kernels' launches
     want = attention_bwd.backward(*args, config=base)
     got = attention_bwd.backward(*args, config={**base, **BACKWARD_VARIANTS[variant]})
     errs = [_rel(a, b) for a, b in zip(got, want, strict=True)]
@@ -498,7 +499,8 @@ def test_gpu_gluon_dq_matches_the_triton_kernel(bn):
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=47)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dq"}
-    want = attention_bwd.backward(*args, config=base)
+    assert base["gluon_dq"] == 32  # the fast path's default
+    want = attention_bwd.backward(*args, config={**base, "gluon_dq": 0})
     calls, original = [], attention_bwd_gluon.dq
     attention_bwd_gluon.dq = lambda *a, **kw: calls.append(1) or original(*a, **kw)
     try:

@@ -243,18 +243,23 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
 @pytest.mark.gpu
 def test_prefix_gpu_gluon_backward(monkeypatch):
-    """test_prefix_gpu's Triton half with the dK/dV kernel on the sm_90 Gluon kernel (launch option
-    "gluon" of the backward) and the forward on the Gluon forward, at D = 128. A spy checks it ran."""
+    """test_prefix_gpu's Triton half with the dK/dV and dQ kernels on the sm_90 Gluon kernels (launch
+    options "gluon" and "gluon_dq" of the backward) and the forward on the Gluon forward, at D = 128. Spies
+    check they ran."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_fwd
 
-    fwd, bwd, dkdv, calls = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dkdv, []
+    fwd, bwd, dkdv, dq = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dkdv, \
+        attention_bwd_gluon.dq
+    calls, dq_calls = [], []
     monkeypatch.setitem(globals(), "DIM", 128)
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
     monkeypatch.setattr(attention_bwd, "launch_config",
-                        lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "gluon": True})
+                        lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "gluon": True, "gluon_dq": 32})
     monkeypatch.setattr(attention_bwd_gluon, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
+    monkeypatch.setattr(attention_bwd_gluon, "dq", lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
     _gpu_prefix_checks("fp8", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
+    assert dq_calls, "the Gluon dQ kernel never ran"
 
 
 def test_prefix_forward_bf16():
