@@ -274,6 +274,24 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
 
     @gluon.jit
+    def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
+        """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for."""
+        stage = j % STAGES
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+        s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+        return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+
+    @gluon.jit
+    def _dq_add(dq, y, j, n_off, n_all, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
+        """dQ += y·K (bf16 K of sub-tile j's stage), waited for; then the stage, free, takes sub-tile j + STAGES."""
+        dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+        if j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
+            _issue_key_sub_tile(j + STAGES, n_off, kv_row, descs, smems, ready, STAGES, BN)
+        return dq
+
+    @gluon.jit
     def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
                          DELTA, DOS, KS, KBS, VS, VBS, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
                          BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
@@ -331,42 +349,28 @@ if HAS_GLUON:
         # off the diagonal: the token-block copies, one K and one V scale per tile (loaded before the
         # products are issued, so their latency hides behind them)
         for j in range(0, n_off):
-            stage = j % STAGES
             kbs = gl.load(KBS + kvb_off + j * BN // TB)
             vbs = gl.load(VBS + kvb_off + j * BN // TB)
-            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-            s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
             s = s * (qs * kbs)[:, None]
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo * vbs)[:, None]
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
             y = gl.convert_layout((ds * kbs).to(gl.bfloat16), A_L)
-            dq = warpgroup_mma(y, kbf_s.index(stage), dq, is_async=True)
-            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-            if j + STAGES < n_all:  # sub-tile j's stage is free: every product reading it has retired
-                _issue_key_sub_tile(j + STAGES, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
         # the diagonal tile: per-token K and V, causal
         for j in range(n_off, n_all):
-            stage = j % STAGES
             cols = j * BN + gl.arange(0, BN, layout=COL)
             ks = gl.load(KS + kv_off + cols)
             vs = gl.load(VS + kv_off + cols)
-            mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-            s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
             s = s * (qs[:, None] * ks[None, :])
             s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo[:, None] * vs[None, :])
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
             y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
-            dq = warpgroup_mma(y, kbf_s.index(stage), dq, is_async=True)
-            dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-            if j + STAGES < n_all:
-                _issue_key_sub_tile(j + STAGES, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
 
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
