@@ -496,13 +496,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:
-        dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
-        if which != "dkdv" and dq_on_gluon:
+        if which != "dkdv" and dq_on_gluon:  # it allocates its own output
             dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), sm_scale,
                                         gluon_dq)
-        elif which != "dkdv":
-            _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
-                                            PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
+        else:
+            dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+            if which != "dkdv":
+                _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
+                                                PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
     return dq, dk, dv
