@@ -54,18 +54,26 @@ STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile,
 NUM_WARPS = 4
 
 
-def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
-    """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
+def _unsupported(q, k, v, spec, causal: bool, doc, launch_why: str | None) -> str | None:
+    """`eligible`'s and `dq_eligible`'s shared checks, in order: the GPU, the kernel's launch (launch_why: None
+    when it is the kernel's, else why not), then the operands both Gluon backward kernels take."""
     why = gluon_unavailable(q.vals)
     if why is not None:
         return why
-    if not cfg.get("pre") or cfg.get("bn") != BN or cfg.get("sub") != BM or cfg.get("dq") != "kernel":
-        return "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)"
+    if launch_why is not None:
+        return launch_why
     if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
         return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
     if not causal or doc is not None:
         return "causal, without document masking, only"
     return None
+
+
+def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
+    """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
+    ours = cfg.get("pre") and cfg.get("bn") == BN and cfg.get("sub") == BM and cfg.get("dq") == "kernel"
+    return _unsupported(q, k, v, spec, causal, doc,
+                        None if ours else "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)")
 
 
 if HAS_GLUON:
@@ -388,8 +396,11 @@ if HAS_GLUON:
         gl.store(DQ + out, (dq * sm_scale).to(gl.bfloat16))
 
 
-def _layout(block, dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+def _rows_desc(t, rows: int, dtype):
+    """A TMA descriptor over t as a 2-D row view [-1, D] in [rows, D] boxes (both kernels' operands)."""
+    d = t.shape[-1]
+    return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d],
+                                        gl.NVMMASharedLayout.get_default_for([rows, d], dtype))
 
 
 def descriptors(q, k, do, qb, dob, vr, vbr, stats):
@@ -397,12 +408,7 @@ def descriptors(q, k, do, qb, dob, vr, vbr, stats):
     the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
     copy's rows, `attention_bwd_copies`); the queries' statistics (`attention_bwd_copies.query_stats`,
     [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes, unswizzled: each row is read as one vector."""
-    d = q.vals.shape[-1]
-
-    def desc(t, rows, dtype):
-        return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
-
-    f8, bf = gl.float8e4nv, gl.bfloat16
+    f8, bf, desc = gl.float8e4nv, gl.bfloat16, _rows_desc
     plain = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
@@ -438,28 +444,16 @@ MAXNREG_DQ = 168  # 65536 registers / (3 programs × 128 threads), rounded down 
 
 def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dQ kernel can run this backward under launch `cfg`, else why not."""
-    why = gluon_unavailable(q.vals)
-    if why is not None:
-        return why
-    if not cfg.get("pre") or cfg.get("bm") != DQ_BM or cfg.get("dq") != "kernel":
-        return "the fast path's launch only (pre, bm = 64, dQ by its own kernel)"
-    if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
-        return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
-    if not causal or doc is not None:
-        return "causal, without document masking, only"
-    return None
+    ours = cfg.get("pre") and cfg.get("bm") == DQ_BM and cfg.get("dq") == "kernel"
+    return _unsupported(q, k, v, spec, causal, doc,
+                        None if ours else "the fast path's launch only (pre, bm = 64, dQ by its own kernel)")
 
 
 def dq_descriptors(q, k, do, copies, bn: int):
     """TMA descriptors of the dQ kernel: Q8 and dO8 in [DQ_BM, D] tiles, K8, its token-block copy, V's rows,
     the copy's rows and K's bf16 copies (`attention_bwd_copies`) in [bn, D] key sub-tiles."""
-    d = q.vals.shape[-1]
     _, _, kbf, kbbf, vr, vbr = copies
-
-    def desc(t, rows, dtype):
-        return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d], _layout([rows, d], dtype))
-
-    f8, bf = gl.float8e4nv, gl.bfloat16
+    f8, bf, desc = gl.float8e4nv, gl.bfloat16, _rows_desc
     return (desc(q.vals, DQ_BM, f8), desc(do.vals, DQ_BM, f8), desc(k.vals, bn, f8), desc(k.off.vals, bn, f8),
             desc(vr, bn, f8), desc(vbr, bn, f8), desc(kbf, bn, bf), desc(kbbf, bn, bf))
 
