@@ -221,6 +221,18 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
+def _gluon_backward_operands(G):
+    """Stand-ins for the Gluon backward kernels' operands (`attention_bwd_gluon` as G): a maker of [1, 1, S, D]
+    row tensors, Q's and dO's bytes, K's with its token-block copy, and S (4 token blocks)."""
+    import torch
+
+    f8, seq, d = torch.float8_e4m3fn, 4 * G.TB, G.TB
+    rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
+    q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
+    k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
+    return rows, q, do, k, seq
+
+
 def gluon_dkdv_report(safeguards: bool) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch)."""
     import torch
@@ -228,11 +240,9 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     _import_kernels()
     from flamia_kernels import attention_bwd_gluon as G
 
-    f8, bf, seq, d = torch.float8_e4m3fn, torch.bfloat16, 4 * G.TB, G.TB
-    rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
-    q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
-    k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
-    consts = dict(D=d, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
+    f8, bf = torch.float8_e4m3fn, torch.bfloat16
+    rows, q, do, k, seq = _gluon_backward_operands(G)
+    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
     stats = torch.empty(1, G.STATS_ROWS, seq)
     ptx = _compile_gluon(G._dkdv_gluon_kernel,
                          G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
@@ -249,12 +259,10 @@ def gluon_dq_report(bn: int) -> dict:
     _import_kernels()
     from flamia_kernels import attention_bwd_gluon as G
 
-    f8, bf, seq, d = torch.float8_e4m3fn, torch.bfloat16, 4 * G.TB, G.TB
-    rows = lambda dtype: torch.empty(1, 1, seq, d, dtype=dtype)  # noqa: E731
-    q, do = argparse.Namespace(vals=rows(f8)), argparse.Namespace(vals=rows(f8))
-    k = argparse.Namespace(vals=rows(f8), off=argparse.Namespace(vals=rows(f8)))
+    f8, bf = torch.float8_e4m3fn, torch.bfloat16
+    rows, q, do, k, _ = _gluon_backward_operands(G)
     copies = (None, None, rows(bf), rows(bf), rows(f8), rows(f8))
-    consts = dict(D=d, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES)
+    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES)
     ptx = _compile_gluon(G._dq_gluon_kernel, G.dq_descriptors(q, k, do, copies, bn),
                          ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 4
                          + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
@@ -294,35 +302,28 @@ def main(argv=None) -> int:
                 continue  # the block-scaled QKᵀ is the forward's
             if cfg and kernel.endswith("_gluon") != bool(cfg.get("gluon")):
                 continue  # the Gluon kernels' configs say :gluon, the Triton kernels' do not
-            if kernel == "dq_gluon":
-                if cfg:
-                    continue  # its two sub-tiles, below
-                for bn in (64, 32):
-                    r = gluon_dq_report(bn)
-                    print(f"{kernel:9s} {r['config']:28s} {r['registers']:5d} {r['spill_stores']:9d} "
-                          f"{r['spill_loads']:9d}" + (" serialized (C7514)" if r["serialized"] else ""), flush=True)
-                    if args.mma:
-                        print("       mma: " + ", ".join(r["mma"]), flush=True)
-                continue
-            if kernel == "dkdv_gluon":
-                if cfg:
-                    continue  # one launch: the fast path's
-                r = gluon_dkdv_report(not args.leaky)
+            if kernel in ("dq_gluon", "dkdv_gluon") and cfg:
+                continue  # their launches are compiled below: the fast path's (dQ: both key sub-tiles)
+            if kernel == "dq_gluon":  # (report, is the default launch)
+                reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True)]
+            elif kernel == "dkdv_gluon":
+                reports = [(gluon_dkdv_report(not args.leaky), True)]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
                     ap.error("fwd_gluon: the fp8 spec, D = 128, sm_90, causal, with the off-diagonal copies only")
-                r = gluon_forward_report(cfg, not args.leaky)
+                reports = [(gluon_forward_report(cfg, not args.leaky), not cfg)]
             else:
-                r = compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal, not args.no_off_diagonal,
-                                   not args.leaky, args.target, args.qk_mx)
-            label = r["config"] + ("" if cfg else " (default)")
-            print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
-                  flush=True)
-            if r["serialized"]:
-                print("       ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
-            if args.mma:
-                print("       mma: " + ", ".join(r["mma"]), flush=True)
+                reports = [(compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal,
+                                           not args.no_off_diagonal, not args.leaky, args.target, args.qk_mx), not cfg)]
+            for r, default in reports:
+                label = r["config"] + (" (default)" if default else "")
+                print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
+                      flush=True)
+                if r["serialized"]:
+                    print("       ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
+                if args.mma:
+                    print("       mma: " + ", ".join(r["mma"]), flush=True)
     return 0
 
 
