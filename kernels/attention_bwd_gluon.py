@@ -111,26 +111,6 @@ if HAS_GLUON:
         return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
 
     @gluon.jit
-    def _issue_scores(k_s, v_s, q_s, do_s, ready, n, zero, STAGES: gl.constexpr):
-        """Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (FP8) of the ring's n-th sub-tile, issued once its stage has landed; not
-        waited for (two wgmma groups)."""
-        stage = n % STAGES
-        mbarrier.wait(ready.index(stage), (n // STAGES) & 1)
-        st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        return st, dpt
-
-    @gluon.jit
-    def _off_products(st, dpt, kbs, vbs, qk_scale, n, smems, dv, dk, QRY: gl.constexpr, A_L: gl.constexpr,
-                      STAGES: gl.constexpr):
-        """dV += Pᵀ·DOB and dK += dSᵀ·QB of the ring's n-th sub-tile (off the diagonal), issued, not waited for."""
-        stage = n % STAGES
-        pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, smems[4].index(stage), QRY, A_L)
-        dv = warpgroup_mma(pq, smems[3].index(stage), dv, is_async=True)
-        dk = warpgroup_mma(ds, smems[2].index(stage), dk, is_async=True)
-        return dv, dk
-
-    @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
@@ -252,35 +232,30 @@ if HAS_GLUON:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
                         _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
-                st, dpt = _issue_scores(k_s, v_s, q_s, do_s, ready, c, zero, STAGES)
+                stage = c % STAGES
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-                # sub-tiles in pairs: dV, dK of the first stay in flight through the second's elementwise work
-                # (an accumulator in flight across the loop's back edge is read by the loop's register moves,
-                # and ptxas then serializes every wgmma, C7514: so both retire at the pair's end)
-                for jp in range(0, (n_off - 1) // 2):
-                    j = 2 * jp
-                    st_n, dpt_n = _issue_scores(k_s, v_s, q_s, do_s, ready, c + j + 1, zero, STAGES)
-                    dv, dk = _off_products(st, dpt, kbs, vbs, qk_scale, c + j, smems, dv, dk, QRY, A_L, STAGES)
-                    st, dpt = warpgroup_mma_wait(num_outstanding=2, deps=(st_n, dpt_n))
-                    st_n, dpt_n = _issue_scores(k_s, v_s, q_s, do_s, ready, c + j + 2, zero, STAGES)
-                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index((c + j + 1) % STAGES), QRY, A_L)
-                    # dV, dK of j retire (S, dP of j + 2 stay in flight); pq and ds pass through the wait so that
-                    # they are computed before it, while dV and dK of j still run (else ptxas sinks that work below)
-                    dv, dk, pq, ds = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pq, ds))
+                for j in range(0, n_off - 1):
+                    stage = (c + j) % STAGES
+                    nxt = (c + j + 1) % STAGES
+                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
+                    st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                    dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                    dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                    # everything retires here: an accumulator still in flight across the loop's back edge
+                    # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
+                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
                     if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
                         _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
-                    dv = warpgroup_mma(pq, dob_s.index((c + j + 1) % STAGES), dv, is_async=True)
-                    dk = warpgroup_mma(ds, qb_s.index((c + j + 1) % STAGES), dk, is_async=True)
-                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-                    if j + 1 + STAGES < n_off:
-                        _issue_sub_tile(j + 1 + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S,
-                                        STATS_ROWS)
-                if (n_off - 1) % 2 == 1:  # the odd one out, alone: its successor is the last
-                    j = n_off - 2
-                    st_n, dpt_n = _issue_scores(k_s, v_s, q_s, do_s, ready, c + j + 1, zero, STAGES)
-                    dv, dk = _off_products(st, dpt, kbs, vbs, qk_scale, c + j, smems, dv, dk, QRY, A_L, STAGES)
-                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-                dv, dk = _off_products(st, dpt, kbs, vbs, qk_scale, c + n_off - 1, smems, dv, dk, QRY, A_L, STAGES)
+                j = n_off - 1
+                stage = (c + j) % STAGES
+                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += n_off
 
@@ -314,42 +289,22 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
 
     @gluon.jit
-    def _dq_issue_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
-        """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), issued, not waited for."""
+    def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
+        """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for."""
         stage = j % STAGES
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
         s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
         dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        return s, dp
+        return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
 
     @gluon.jit
-    def _dq_add(dq, y, j, n_off, n_all, kv_row, descs, smems, ready, q_s, do_s, zero, STAGES: gl.constexpr,
-                BN: gl.constexpr):
-        """dQ += y·K (bf16 K of sub-tile j's stage) with S and dP of sub-tile j + 1 issued behind it, all waited
-        for at once: the tensor cores run them back to back instead of the warps waiting out each product's
-        latency in turn (the registers S and dP of j held are free by now). Then the stage of j, free, takes
-        sub-tile j + STAGES. Returns dQ and sub-tile j + 1's S and dP."""
-        k_s, v_s, kbf_s = smems
-        dq = warpgroup_mma(y, kbf_s.index(j % STAGES), dq, is_async=True)
-        s, dp = _dq_issue_scores(q_s, do_s, k_s, v_s, ready, j + 1, zero, STAGES)
-        dq, s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(dq, s, dp))
+    def _dq_add(dq, y, j, n_off, n_all, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
+        """dQ += y·K (bf16 K of sub-tile j's stage), waited for; then the stage, free, takes sub-tile j + STAGES."""
+        dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
         if j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
             _issue_key_sub_tile(j + STAGES, n_off, kv_row, descs, smems, ready, STAGES, BN)
-        return dq, s, dp
-
-    @gluon.jit
-    def _dq_diag_operand(s, dp, j, qs, m, linv, delta, sdo, offs_m, KS, VS, kv_off, BN: gl.constexpr,
-                         COL: gl.constexpr, A_L: gl.constexpr):
-        """dS·K's A operand of diagonal key sub-tile j: per-token K and V scales, causal mask."""
-        cols = j * BN + gl.arange(0, BN, layout=COL)
-        ks = gl.load(KS + kv_off + cols)
-        vs = gl.load(VS + kv_off + cols)
-        s = s * (qs[:, None] * ks[None, :])
-        s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = gl.exp2(s - (m - 8.0)[:, None])
-        dp = dp * (sdo[:, None] * vs[None, :])
-        ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
-        return gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
+        return dq
 
     @gluon.jit
     def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
@@ -406,29 +361,31 @@ if HAS_GLUON:
         zero = gl.zeros([BM, BN], gl.float32, S_L)
         mbarrier.wait(q_bar, 0)
 
-        s, dp = _dq_issue_scores(q_s, do_s, k_s, v_s, ready, 0, zero, STAGES)
-        s, dp = warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
-        # off the diagonal: the token-block copies, one K and one V scale per tile (sub-tile j + 1 exists:
-        # the diagonal tile's keys come after); each sub-tile's block scales are loaded a sub-tile ahead, so
-        # their latency hides behind the products
-        kbs = gl.load(KBS + kvb_off)
-        vbs = gl.load(VBS + kvb_off)
+        # off the diagonal: the token-block copies, one K and one V scale per tile (loaded before the
+        # products are issued, so their latency hides behind them)
         for j in range(0, n_off):
+            kbs = gl.load(KBS + kvb_off + j * BN // TB)
+            vbs = gl.load(VBS + kvb_off + j * BN // TB)
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
             s = s * (qs * kbs)[:, None]
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo * vbs)[:, None]
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
             y = gl.convert_layout((ds * kbs).to(gl.bfloat16), A_L)
-            kbs = gl.load(KBS + kvb_off + (j + 1) * BN // TB)  # j + 1 <= n_off: in range
-            vbs = gl.load(VBS + kvb_off + (j + 1) * BN // TB)
-            dq, s, dp = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, q_s, do_s, zero, STAGES, BN)
-        # the diagonal tile: per-token K and V, causal; its last sub-tile has no successor
-        for j in range(n_off, n_all - 1):
-            y = _dq_diag_operand(s, dp, j, qs, m, linv, delta, sdo, offs_m, KS, VS, kv_off, BN, COL, A_L)
-            dq, s, dp = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, q_s, do_s, zero, STAGES, BN)
-        y = _dq_diag_operand(s, dp, n_all - 1, qs, m, linv, delta, sdo, offs_m, KS, VS, kv_off, BN, COL, A_L)
-        dq = warpgroup_mma(y, kbf_s.index((n_all - 1) % STAGES), dq, is_async=True)
-        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
+        # the diagonal tile: per-token K and V, causal
+        for j in range(n_off, n_all):
+            cols = j * BN + gl.arange(0, BN, layout=COL)
+            ks = gl.load(KS + kv_off + cols)
+            vs = gl.load(VS + kv_off + cols)
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
+            s = s * (qs[:, None] * ks[None, :])
+            s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
+            p = gl.exp2(s - (m - 8.0)[:, None])
+            dp = dp * (sdo[:, None] * vs[None, :])
+            ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+            y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
 
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
