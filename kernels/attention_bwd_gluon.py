@@ -23,10 +23,11 @@ own kernel. Gluon has no interpreter: on the CPU it is compiled for sm_90 only.
 
 The dQ kernel (`dq`, launch option `gluon_dq`: 32 or 64 keys per sub-tile; `dq_eligible`, the same scope
 with 64-row programs) is `attention_bwd._dq_kernel`'s arithmetic with each key sub-tile's K8, V rows and
-bf16 K by TMA, and each sub-tile's products waited for as they are issued, so that it fits 168 registers
-and three programs share an SM (with the next sub-tile's products in flight it needed 203, ran two per SM
-and lost to the Triton kernel: f61bd6d). Bit-identical to the Triton dQ kernel on the H200; 2248.8–2321.6
-against 2458.5–2484.5 µs at S = 8k, B×H = 64 (be72366).
+bf16 K by TMA, and each sub-tile's products waited for as they are issued, so that it fits 128 registers
+and four programs share an SM (with the next sub-tile's products in flight it needed 203, ran two per SM
+and lost to the Triton kernel: f61bd6d). Bit-identical to the Triton dQ kernel on the H200; at S = 8k,
+B×H = 64: 2248.8–2321.6 µs at three programs per SM against the Triton kernel's 2458.5–2484.5 (be72366),
+2156.8–2168.5 at four (session 10).
 """
 from __future__ import annotations
 
@@ -312,8 +313,8 @@ if HAS_GLUON:
                          BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
         """dQ of BM query rows (`attention_bwd._dq_kernel` at the fast path's launch, the same products and
         elementwise expressions). Each key sub-tile's products are waited for as soon as they are issued,
-        as in the forward's chained variant, so that a program fits MAXNREG_DQ registers and three run per
-        SM: with S and dP of the next sub-tile in flight it needed 203 and ran slower (f61bd6d)."""
+        as in the forward's chained variant, so that a program fits MAXNREG_DQ[BN] registers and four (BN = 32)
+        run per SM: with S and dP of the next sub-tile in flight it needed 203 and ran slower (f61bd6d)."""
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
@@ -438,8 +439,13 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
 
 
 DQ_BM = 64  # query rows per dQ program: one warpgroup's wgmma M
-DQ_STAGES = 3  # key sub-tiles in flight: 3 × (BN × 512 B) + Q's and dO's 8 KB each; three programs per SM
-MAXNREG_DQ = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
+# Per key sub-tile (launch option gluon_dq): ring stages and registers. 32 keys: four programs per SM (65536
+# registers / (4 × 128 threads) = 128, 60 B of spills, 3 local loads a sub-tile; shared memory 4 × (Q's and dO's
+# 8 KB each + 2 stages × 16 KB) = 192 KB): 2157-2169 µs against 2253-2294 at three per SM (168 registers, 3
+# stages) at S = 8k, B×H = 64 on the H200 (session10_dqregs.sh). 64 keys: three per SM (65536 / (3 × 128),
+# rounded down to a multiple of 8), as 128 registers would spill its [64, 64] products.
+DQ_STAGES = {32: 2, 64: 3}
+MAXNREG_DQ = {32: 128, 64: 168}
 
 
 def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
@@ -471,6 +477,6 @@ def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64):
     _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
         *dq_descriptors(q, k, do, copies, bn), q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale,
         v.off.scale, out, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
-        STAGES=DQ_STAGES, num_warps=NUM_WARPS, maxnreg=MAXNREG_DQ,
+        STAGES=DQ_STAGES[bn], num_warps=NUM_WARPS, maxnreg=MAXNREG_DQ[bn],
     )
     return out

@@ -253,7 +253,7 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
 
 def gluon_dq_report(bn: int) -> dict:
     """compile_report for the sm_90 Gluon dQ kernel (`attention_bwd_gluon.dq`, launch option gluon_dq) on key
-    sub-tiles of bn, at the registers its launch caps (three programs per SM)."""
+    sub-tiles of bn, at the registers its launch caps (MAXNREG_DQ[bn]: four programs per SM for 32, three for 64)."""
     import torch
 
     _import_kernels()
@@ -262,13 +262,13 @@ def gluon_dq_report(bn: int) -> dict:
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, _ = _gluon_backward_operands(G)
     copies = (None, None, rows(bf), rows(bf), rows(f8), rows(f8))
-    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES)
+    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES[bn])
     ptx = _compile_gluon(G._dq_gluon_kernel, G.dq_descriptors(q, k, do, copies, bn),
                          ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 4
                          + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.NUM_WARPS, "maxnreg": G.MAXNREG_DQ})
-    flag = ":gluondq" if bn == 64 else ":gluondq32"
-    return {"config": f"{G.NUM_WARPS}x{G.DQ_STAGES}x{bn}:bm64:pre{flag}", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+                         {"num_warps": G.NUM_WARPS, "maxnreg": G.MAXNREG_DQ[bn]})
+    config = f"{G.NUM_WARPS}x{G.DQ_STAGES[bn]}x{bn}:bm64:pre" + (":gluondq" if bn == 64 else ":gluondq32")
+    return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
 def main(argv=None) -> int:

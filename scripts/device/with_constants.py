@@ -5,11 +5,13 @@ variant (launch registers, ring stages) without editing the package:
         -- scripts/launch_gaps.py --seq 8192
     python scripts/device/with_constants.py attention_bwd_gluon.DQ_STAGES=2 -- -m pytest -m gpu tests/...
 
-Each NAME=VALUE sets flamia_kernels.<module>.<constant> (an int) before the target runs; the launchers
-read these module globals at call time. Never imported by the package.
+Each NAME=VALUE sets flamia_kernels.<module>.<constant> to VALUE, a Python literal (an int, or a dict such
+as attention_bwd_gluon.DQ_STAGES={32:3,64:3}), before the target runs; the launchers read these module
+globals at call time. Never imported by the package.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import runpy
 import sys
@@ -17,7 +19,7 @@ import sys
 
 def main(argv: list[str]) -> None:
     if "--" not in argv:
-        raise SystemExit("usage: with_constants.py MODULE.NAME=INT ... -- (SCRIPT | -m MODULE) [ARGS ...]")
+        raise SystemExit("usage: with_constants.py MODULE.NAME=LITERAL ... -- (SCRIPT | -m MODULE) [ARGS ...]")
     cut = argv.index("--")
     for item in argv[:cut]:
         name, _, value = item.partition("=")
@@ -25,8 +27,8 @@ def main(argv: list[str]) -> None:
         mod = importlib.import_module(f"flamia_kernels.{module}")
         if not hasattr(mod, const):
             raise SystemExit(f"flamia_kernels.{module} has no constant {const!r}")
-        setattr(mod, const, int(value))
-        print(f"with flamia_kernels.{module}.{const} = {int(value)}", flush=True)
+        setattr(mod, const, ast.literal_eval(value))
+        print(f"with flamia_kernels.{module}.{const} = {getattr(mod, const)!r}", flush=True)
     target = argv[cut + 1:]
     if target[:1] == ["-m"]:
         sys.argv = [target[1], *target[2:]]
