@@ -1,7 +1,8 @@
 """Benchmark FLAMIA attention against SDPA (cuDNN, flash) and FlexAttention on one GPU.
 
 TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
-fwd+bwd), median of triton.testing.do_bench, for the FLAMIA presets (fp8 is the fast path;
+fwd+bwd), median of triton.testing.do_bench (each implementation timed in --rounds interleaved rounds, the
+median round kept with the rounds' range), for the FLAMIA presets (fp8 is the fast path;
 mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
 speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
 optionally the accuracy against exact attention, a launch-config sweep and a time profile.
@@ -18,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -77,6 +79,26 @@ def timed(fwd, q, k, v, do, mode: str) -> float:
     return bench(step)
 
 
+def interleaved_readings(entries, modes, rounds: int, measure, log=None) -> dict:
+    """{(name, mode): [ms per round]}: every (name, fn, launch) entry timed once per mode per round,
+    `measure(fn, launch, mode)`, the rounds one after another, so that a drift of the GPU's clocks over the
+    run reaches every implementation alike (rows then keep the median round). A failing entry (a peer
+    missing on this build) reads NaN and the run goes on."""
+    readings: dict = {}
+    for rnd in range(rounds):
+        for name, fn, launch in entries:
+            for mode in modes:
+                try:
+                    ms = measure(fn, launch, mode)
+                except Exception as err:
+                    ms = float("nan")
+                    print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
+                readings.setdefault((name, mode), []).append(ms)
+                if log is not None:
+                    log(name, mode, ms, rnd)
+    return readings
+
+
 def speed_one(args, rows: list, seq: int, dim: int) -> None:
     b, h, s, d = shape_for(seq, dim)
     gen = torch.Generator(device="cuda").manual_seed(seq + dim)
@@ -87,19 +109,22 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
         entries += [(f"{p} [launch]", lambda p=p: flamia_attention(q, k, v, p), args.launch)
                     for p in args.presets if d == 128]
     entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v), None) for p in args.peers]
-    for name, fn, launch in entries:
-        for mode in args.modes:
-            try:
-                with launch_overrides(launch):
-                    ms = timed(fn, q, k, v, do, mode)
-                tf = flops(b, h, s, d, mode) / ms / 1e9
-            except Exception as err:  # a peer missing on this build: record, go on
-                ms, tf = float("nan"), float("nan")
-                print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
-            emulated = "peer" not in name and AttentionSpec.parse(name.removesuffix(" [launch]")).emulated
-            rows.append(dict(kind="speed", name=name, mode=mode, B=b, H=h, S=s, D=d, ms=ms, tflops=tf,
-                             emulated=emulated))
-            print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s", flush=True)
+
+    def measure(fn, launch, mode: str) -> float:
+        with launch_overrides(launch):
+            return timed(fn, q, k, v, do, mode)
+
+    def log(name: str, mode: str, ms: float, rnd: int) -> None:
+        tf = flops(b, h, s, d, mode) / ms / 1e9
+        print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s (round {rnd + 1} of "
+              f"{args.rounds})", flush=True)
+
+    readings = interleaved_readings(entries, args.modes, args.rounds, measure, log)
+    for (name, mode), runs in readings.items():
+        ms = statistics.median(runs)
+        emulated = "peer" not in name and AttentionSpec.parse(name.removesuffix(" [launch]")).emulated
+        rows.append(dict(kind="speed", name=name, mode=mode, B=b, H=h, S=s, D=d, ms=ms,
+                         tflops=flops(b, h, s, d, mode) / ms / 1e9, ms_rounds=runs, emulated=emulated))
 
 
 def run_speed(args, rows: list, save) -> None:
@@ -246,12 +271,14 @@ def markdown(rows: list, meta: dict) -> str:
     speed = [r for r in rows if r["kind"] == "speed"]
     if speed:
         cudnn = {(r["S"], r["D"], r["mode"]): r["tflops"] for r in speed if r["name"].startswith("cudnn")}
-        out += ["| S | D | B×H | impl | mode | ms | TFLOP/s | × cuDNN |", "|---|---|---|---|---|---|---|---|"]
+        out += ["| S | D | B×H | impl | mode | ms | rounds' range, ms | TFLOP/s | × cuDNN |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for r in speed:
             ref = cudnn.get((r["S"], r["D"], r["mode"]), float("nan"))
             label = r["name"] + (" (emulated)" if r["emulated"] else "")
+            runs = r.get("ms_rounds", [r["ms"]])
             out.append(f"| {r['S']} | {r['D']} | {r['B']}×{r['H']} | {label} | {r['mode']} | {r['ms']:.3f} | "
-                       f"{r['tflops']:.1f} | {r['tflops'] / ref:.2f} |")
+                       f"{min(runs):.3f}–{max(runs):.3f} ({len(runs)}) | {r['tflops']:.1f} | {r['tflops'] / ref:.2f} |")
     saved = [r for r in rows if r["kind"] == "saved"]
     if saved:
         out += ["", "| preset | D | saved bytes / bf16 |", "|---|---|---|"]
@@ -286,6 +313,8 @@ def main() -> None:
                     help="comma-separated presets, or ';'-separated specs such as 'qk=fp8,pv=fp8;fp8'")
     ap.add_argument("--peers", type=words, default=["cudnn", "flash", "flex"])
     ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="time every implementation this many times, round after round; rows keep the median")
     ap.add_argument("--emulated-seqs", type=ints, default=[8192],
                     help="sequence lengths at which the emulated presets are timed (they are slow)")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
@@ -299,6 +328,8 @@ def main() -> None:
                          "it): each preset also runs under them, as '<preset> [launch]' rows")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: allowed 1 or more")
     rows: list = []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     import triton

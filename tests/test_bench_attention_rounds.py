@@ -1,0 +1,38 @@
+"""scripts/bench_attention.py's interleaved rounds: every implementation timed once per round, the rows keeping
+the median round and the rounds' range, the × cuDNN ratio taken between medians (CPU: a fake clock)."""
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from bench_attention import interleaved_readings, markdown  # noqa: E402
+
+META = dict(command="python scripts/bench_attention.py", commit="abc1234", date="2026-12-01", gpu="H200",
+            torch="2.11", triton="3.6.0")
+
+
+def test_rounds_interleave_every_implementation_and_keep_going_past_a_failure():
+    calls, clock = [], iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+    def measure(fn, launch, mode):
+        calls.append((fn, mode))
+        if fn == "broken":
+            raise RuntimeError("no such backend")
+        return next(clock)
+
+    entries = [("fp8", "ours", None), ("flex (bf16 peer)", "broken", None), ("cudnn (bf16 peer)", "peer", None)]
+    got = interleaved_readings(entries, ["fwd"], 3, measure)
+    # round after round, each implementation once per round (not three readings of one, then the next)
+    assert calls == [("ours", "fwd"), ("broken", "fwd"), ("peer", "fwd")] * 3
+    assert got[("fp8", "fwd")] == [1.0, 3.0, 5.0] and got[("cudnn (bf16 peer)", "fwd")] == [2.0, 4.0, 6.0]
+    assert all(math.isnan(x) for x in got[("flex (bf16 peer)", "fwd")])
+
+
+def test_table_keeps_the_median_round_its_range_and_the_ratio_of_medians():
+    row = dict(kind="speed", mode="fwd", B=4, H=16, S=8192, D=128, emulated=False)
+    rows = [dict(row, name="fp8", ms=1.6, tflops=100.0, ms_rounds=[1.6, 1.5, 1.9]),
+            dict(row, name="cudnn (bf16 peer)", ms=2.0, tflops=80.0, ms_rounds=[2.0, 2.1, 1.8])]
+    table = markdown(rows, META)
+    assert "| ms | rounds' range, ms | TFLOP/s | × cuDNN |" in table
+    assert "| fp8 | fwd | 1.600 | 1.500–1.900 (3) | 100.0 | 1.25 |" in table
+    assert "| cudnn (bf16 peer) | fwd | 2.000 | 1.800–2.100 (3) | 80.0 | 1.00 |" in table
