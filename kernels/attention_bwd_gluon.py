@@ -271,6 +271,181 @@ if HAS_GLUON:
 
 
     @gluon.jit
+    def _issue_split_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, S,
+                              STATS_ROWS: gl.constexpr, DV: gl.constexpr, OFF: gl.constexpr):
+        """TMA of query sub-tile j of a split kernel's loop (rows lo + j·BM of head bh) into stage (c + j) %
+        STAGES: Q8 and the statistics, and what the one product needs: dK dO8 and QB; dV on the diagonal dO8
+        (scaled into its own rows there), off it DOB."""
+        q_desc, do_desc, b_desc, st_desc = descs
+        q_s, do_s, b_s, st_s = smems
+        WITH_DO: gl.constexpr = not DV or not OFF
+        WITH_B: gl.constexpr = not DV or OFF
+        stage = (c + j) % STAGES
+        bar = ready.index(stage)
+        row = bh * S + lo + j * BM
+        nbytes: gl.constexpr = (q_desc.block_type.nbytes + st_desc.block_type.nbytes
+                                + (do_desc.block_type.nbytes if WITH_DO else 0)
+                                + (b_desc.block_type.nbytes if WITH_B else 0))
+        fence_async_shared()  # the stage's statistics were read by plain loads: before the TMA overwrites them
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
+        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
+        if WITH_DO:
+            tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
+        if WITH_B:
+            tma.async_copy_global_to_shared(b_desc, [row, 0], bar, b_s.index(stage))
+
+    @gluon.jit
+    def _split_scores(k_s, v_s, q_s, do_s, ready, n, zero, STAGES: gl.constexpr, DV: gl.constexpr):
+        """Sᵀ = K·Qᵀ and (dK) dPᵀ = V·dOᵀ of the ring's n-th sub-tile, waited for (dV: dPᵀ is Sᵀ, unused)."""
+        stage = n % STAGES
+        mbarrier.wait(ready.index(stage), (n // STAGES) & 1)
+        st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+        if DV:
+            st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
+            dpt = st
+        else:
+            dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+            st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+        return st, dpt
+
+    @gluon.jit
+    def _dkdv_split_kernel(q_desc, do_desc, b_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS, VBS,
+                           RD, RB, OUT, qk_scale, out_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                           BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
+                           STATS_ROWS: gl.constexpr, DV: gl.constexpr):
+        """dV (DV) or dK of BN keys alone: `_dkdv_gluon_kernel`'s arithmetic for that one accumulator, operation
+        for operation (so the same bits), with each sub-tile's products waited for as they are issued, so that
+        a program fits the registers of three (dK) or four (dV) per SM instead of two. b_desc: DOB (dV) or QB
+        (dK), the product's B rows."""
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        KEY: gl.constexpr = gl.SliceLayout(1, S_L)
+        QRY: gl.constexpr = gl.SliceLayout(0, S_L)
+        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # the diagonal's dO rows
+
+        pid_n = gl.program_id(0)
+        bhk = gl.program_id(1)
+        first = pid_n * BN
+        t = first // TB
+        rb = bhk.to(gl.int64) * (S // TB) + t
+        offs_n = first + gl.arange(0, BN, layout=KEY)
+        kv_offs = bhk.to(gl.int64) * S + offs_n
+
+        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
+        b_s = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BM, D], b_desc.layout)
+        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
+        if DV:  # the diagonal's scaled dO rows
+            x_s = gl.allocate_shared_memory(b_desc.dtype, [BM, D], b_desc.layout)
+        else:  # V's rows (dPᵀ)
+            x_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
+        descs = (q_desc, do_desc, b_desc, st_desc)
+        smems = (q_s, do_s, b_s, st_s)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(kv_bar, count=1)
+
+        # the diagonal: per-token K (and V's rows) rows, queries of tile t from this program's first key
+        if DV:
+            mbarrier.expect(kv_bar, k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_bar, k_s)
+        else:
+            mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_bar, k_s)
+            tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_bar, x_s)
+        ks = gl.load(KS + kv_offs)
+        vs = gl.load(VS + kv_offs)
+        acc = gl.zeros([BN, D], gl.float32, O_L)
+        zero = gl.zeros([BN, BM], gl.float32, S_L)
+        mbarrier.wait(kv_bar, 0)
+        c = 0  # sub-tiles through the ring so far: stage and phase of the next one
+        n_diag = ((t + 1) * TB - first) // BM
+        for g in range(G):
+            bh = bhk * G + g
+            for j in range(n_diag):
+                _issue_split_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, S, STATS_ROWS, DV,
+                                      False)
+                stage = c % STAGES
+                offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
+                if DV:
+                    if SAFE:  # the fold's row factor: max of s_v over the tile's keys j <= i
+                        r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
+                    else:  # leaky: the whole tile
+                        r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+                st, dpt = _split_scores(k_s, x_s, q_s, do_s, ready, c, zero, STAGES, DV)
+                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
+                st = st * (ks[:, None] * (qs * qk_scale)[None, :])
+                keep = offs_n[:, None] <= offs_m[None, :]
+                st = gl.where(keep, st, float("-inf"))
+                pt = gl.exp2(st - (m - 8.0)[None, :])
+                if DV:
+                    xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
+                    pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                    # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
+                    w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
+                    do_rows = do_s.index(stage).load(BLK).to(gl.float32)
+                    x_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    acc = warpgroup_mma(pq, x_s, acc, is_async=True)
+                else:
+                    ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
+                    acc = warpgroup_mma(ds, b_s.index(stage), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                c += 1
+        if DV:  # the diagonal's V fold undone (off it, P carries no V scale)
+            acc = acc * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs),
+                                          gl.SliceLayout(1, O_L))[:, None]
+
+        # off the diagonal: the token-block copies (every product on K and V has retired)
+        if DV:
+            mbarrier.expect(kv_bar, kb_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_bar, k_s)
+        else:
+            mbarrier.expect(kv_bar, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_bar, k_s)
+            tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_bar, x_s)
+        kbs = gl.load(KBS + rb)
+        vbs = gl.load(VBS + rb)
+        mbarrier.wait(kv_bar, 1)
+        lo = (t + 1) * TB
+        n_off = (S - lo) // BM
+        for g in range(G):
+            bh = bhk * G + g
+            for i in gl.static_range(STAGES):
+                if i < n_off:
+                    _issue_split_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS, DV, True)
+            for j in range(n_off):
+                stage = (c + j) % STAGES
+                st, dpt = _split_scores(k_s, x_s, q_s, do_s, ready, c + j, zero, STAGES, DV)
+                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
+                st = st * (kbs * (qs * qk_scale))[None, :]
+                pt = gl.exp2(st - (m - 8.0)[None, :])
+                if DV:
+                    y = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                else:
+                    y = gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+                acc = warpgroup_mma(y, b_s.index(stage), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
+                    _issue_split_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS, DV,
+                                          True)
+            c += n_off
+
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(kv_bar)
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(OUT + rows, (acc * out_scale).to(gl.bfloat16))
+
+    @gluon.jit
     def _issue_key_sub_tile(j, n_off, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
         """TMA of key sub-tile j of a dQ program (keys j·BN.. of its head) into stage j % STAGES: K's bytes,
         V's rows and K's bf16 copy, the token-block copies' off the diagonal (j < n_off)."""
@@ -425,6 +600,8 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
     copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); stats: the queries'
     statistics it filled, `attention_bwd_copies.query_stats`; r_diag, r_tile: the fold's row factors,
     `attention_bwd._fold_rows`)."""
+    if SPLIT:
+        return dkdv_split(q, k, v, do, copies, stats, r_diag, r_tile, safeguards, sm_scale)
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dob, _, _, vr, vbr = copies
@@ -436,6 +613,33 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
         SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=NUM_WARPS,
     )
     return dk, dv
+
+
+# The split dK/dV (`dkdv_split`): per kernel ("dk", "dv"), ring stages and registers (programs per SM).
+SPLIT_STAGES = {"dk": 3, "dv": 2}
+MAXNREG_SPLIT = {"dk": 168, "dv": 128}
+SPLIT = False  # dkdv runs the split kernels instead of the fused one
+
+
+@torch.compiler.disable
+def dkdv_split(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
+    """`dkdv`'s dK, dV by two kernels, one accumulator each (`_dkdv_split_kernel`): the same bits, each program
+    in fewer registers, so more programs share an SM, at the price of Sᵀ computed twice."""
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    qb, dob, _, _, vr, vbr = copies
+    q_d, do_d, qb_d, dob_d, k_d, kb_d, vr_d, vbr_d, st_d = descriptors(q, k, do, qb, dob, vr, vbr, stats)
+    out = []
+    for name, b_d, scale in (("dk", qb_d, sm_scale), ("dv", dob_d, 1.0)):
+        x = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+        _dkdv_split_kernel[(seq // BN, b * hkv)](
+            q_d, do_d, b_d, k_d, kb_d, vr_d, vbr_d, st_d, k.scale, k.off.scale, v.scale, v.off.scale, r_diag,
+            r_tile, x, sm_scale * 1.4426950408889634, scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB,
+            STAGES=SPLIT_STAGES[name], SAFE=safeguards, STATS_ROWS=STATS_ROWS, DV=name == "dv", num_warps=NUM_WARPS,
+            maxnreg=MAXNREG_SPLIT[name],
+        )
+        out.append(x)
+    return tuple(out)
 
 
 DQ_BM = 64  # query rows per dQ program: one warpgroup's wgmma M
