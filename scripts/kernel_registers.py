@@ -251,27 +251,6 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
-def gluon_split_report(which: str, safeguards: bool) -> dict:
-    """compile_report for one of the sm_90 split dK/dV kernels (`attention_bwd_gluon.dkdv_split`; which: "dk" or
-    "dv") at the registers its launch caps."""
-    import torch
-
-    _import_kernels()
-    from flamia_kernels import attention_bwd_gluon as G
-
-    f8, bf = torch.float8_e4m3fn, torch.bfloat16
-    rows, q, do, k, seq = _gluon_backward_operands(G)
-    q_d, do_d, qb_d, dob_d, *key_side, st_d = G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8),
-                                                            torch.empty(1, G.STATS_ROWS, seq))
-    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.SPLIT_STAGES[which], SAFE=safeguards,
-                  STATS_ROWS=G.STATS_ROWS, DV=which == "dv")
-    ptx = _compile_gluon(G._dkdv_split_kernel, [q_d, do_d, dob_d if which == "dv" else qb_d, *key_side, st_d],
-                         ["*fp32"] * 6 + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.NUM_WARPS, "maxnreg": G.MAXNREG_SPLIT[which]})
-    return {"config": f"{G.NUM_WARPS}x{G.SPLIT_STAGES[which]}x{G.BM}:{which}:gluon", **ptxas_report(ptx),
-            "mma": mma_kinds(ptx)}
-
-
 def gluon_dq_report(bn: int) -> dict:
     """compile_report for the sm_90 Gluon dQ kernel (`attention_bwd_gluon.dq`, launch option gluon_dq) on key
     sub-tiles of bn, at the registers its launch caps (MAXNREG_DQ[bn]: four programs per SM for 32, three for 64)."""
@@ -294,8 +273,7 @@ def gluon_dq_report(bn: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", nargs="+",
-                    choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon", "split_gluon"),
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon"),
                     default=["fwd", "dkdv", "dq"],
                     help="fwd_gluon / dkdv_gluon / dq_gluon: the sm_90 Gluon forward / dK/dV / dQ kernel (fp8, D = "
                          "128; the forward's configs :gluon[:chain|:pipeN], its stages follow the variant; dq_gluon "
@@ -324,14 +302,12 @@ def main(argv=None) -> int:
                 continue  # the block-scaled QKᵀ is the forward's
             if cfg and kernel.endswith("_gluon") != bool(cfg.get("gluon")):
                 continue  # the Gluon kernels' configs say :gluon, the Triton kernels' do not
-            if kernel in ("dq_gluon", "dkdv_gluon", "split_gluon") and cfg:
+            if kernel in ("dq_gluon", "dkdv_gluon") and cfg:
                 continue  # their launches are compiled below: the fast path's (dQ: both key sub-tiles)
             if kernel == "dq_gluon":  # (report, is the default launch)
                 reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True)]
             elif kernel == "dkdv_gluon":
                 reports = [(gluon_dkdv_report(not args.leaky), True)]
-            elif kernel == "split_gluon":
-                reports = [(gluon_split_report(w, not args.leaky), False) for w in ("dk", "dv")]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
