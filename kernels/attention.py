@@ -115,9 +115,10 @@ class _FlamiaAttention(torch.autograd.Function):
         qv, qs, kv, ks, vtv, vs, ov, os_, *doc, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
         k_op, v_op = Operand(kv, ks), Operand(vtv, vs, vals_t=vtv)
-        if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them; V's deferred:
-            # on the fast path (`pre`) only its rows are read, and the copies pass re-quantizes them there
-            attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True, defer_v=True)
+        if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them, deferred: on the
+            # fast path (`pre`) the copies pass re-quantizes them where it reads K's and V's bytes anyway
+            attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True, defer_v=True,
+                                defer_k=True)
         if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O
             do8, sdo, delta = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_)
             do = Operand(do8, sdo[..., 0])

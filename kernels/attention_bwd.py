@@ -406,8 +406,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     sub-tile, and that per-sub-tile work, not the spills, is what the kernel waits on). doc: None, or
     `document.doc_tables(doc_ids)` as the forward got it. "pre" (the fp8 fast path's default): the
     kernels read `attention_bwd_copies` instead of converting per tile; bit-identical to pre=False.
-    v.off may be ``deferred`` (`attention_operands.OffDiagonal`): pre re-quantizes it within the copies,
-    any other launch computes it first (`materialize_off_diagonal`).
+    k.off and v.off may be ``deferred`` (`attention_operands.OffDiagonal`): pre re-quantizes them within the
+    copies, any other launch computes them first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
@@ -423,8 +423,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
-    if not pre:  # V's token-block copy as the kernels read it without the copies: [D, S] bytes
-        v = materialize_off_diagonal(v, QZ)
+    if not pre:  # the token-block copies as the kernels read them without the copies pass (V's: [D, S] bytes)
+        k, v = materialize_off_diagonal(k, QZ), materialize_off_diagonal(v, QZ)
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
     gluon_dq = config.pop("gluon_dq", 0)
@@ -467,17 +467,19 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     common = dict(D=d, DS_FMT=fmt_code(spec.ds), CAUSAL=causal, TINY=FP8_TINY, INTERP=INTERPRET,
                   HAS_DOC=doc is not None, K_OFF=k.off is not None, V_OFF=v.off is not None)
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
-    k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     on_gluon = gluon and attention_bwd_gluon.eligible(
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     if pre:
-        qb, dob, kbf, kbbf, vr, vbr, vbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
+        qb, dob, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
         dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
+        if k.off is not None and k.off.deferred:  # re-quantized by the copies
+            k = replace(k, off=replace(k.off, vals=kb, scale=kbs))
     else:
         qb = dob = kbf = kbbf = vr = vbr = moff  # unread without PRE
+    k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     # V_OFF: VBT is unread with PRE (both kernels read VBR), and absent where the copy was deferred
     v_off = ((v.vals_t if v.off.deferred else v.off.vals, v.off.scale) if v.off is not None
              else (v.vals_t, v.scale))  # unread without V_OFF

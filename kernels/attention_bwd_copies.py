@@ -42,7 +42,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_quant import to_bf16
-    from .quantize import _INF_BITS, _abs_bits, _div_by_shared, _e4m3_value, _fp8_scale, _store_e4m3_pairs
+    from .quantize import _INF_BITS, _abs_bits, _div_by_shared, _e4m3_code, _e4m3_value, _fp8_scale, _store_e4m3_pairs
 
     @triton.jit
     def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -113,20 +113,32 @@ if HAS_TRITON:
         tl.store(_row_pair_ptrs(R, base, D, BR), tl.permute(((lo & 0xFF) | (hi << 8)).to(tl.int16), (2, 1, 0)))
 
     @triton.jit
-    def _key_copies_kernel(K, KB, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr, BR: tl.constexpr,
-                           K_OFF: tl.constexpr, V_OFF: tl.constexpr, V_REQ: tl.constexpr, TINY: tl.constexpr):
+    def _key_copies_kernel(K, KS, KB, KBS, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr,
+                           BR: tl.constexpr, K_OFF: tl.constexpr, K_REQ: tl.constexpr, V_OFF: tl.constexpr,
+                           V_REQ: tl.constexpr, TINY: tl.constexpr):
         """KBF, VR and (K_OFF / V_OFF) the token-block copies' KBBF, VBR for BR keys of one K/V head.
         V's bytes move two d per int16 (`_vt_byte_pairs`): a transpose, no arithmetic. V_REQ (BR = the
         token block): V's token-block copy is not given (VBT unread); its rows VBR and block scale VBS are
         re-quantized here from Vᵀ's per-token bytes and VS, as `quantize._fp8_requant_blocks_kernel` does
-        (same bytes and scale: the same value, amax, division and E4M3 conversion per element)."""
+        (same bytes and scale: the same value, amax, division and E4M3 conversion per element). K_REQ (BR =
+        the token block) likewise for K: its copy's bytes KB (uint8) and block scale KBS from K's per-token
+        bytes and KS, in the read that writes KBF, and KBBF from those bytes."""
         bh = tl.program_id(1).to(tl.int64)
         pid = tl.program_id(0)
         offs_n = pid * BR + tl.arange(0, BR)
         offs_d = tl.arange(0, D)
         rows = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-        tl.store(KBF + rows, tl.load(K + rows).to(tl.bfloat16))
-        if K_OFF:
+        k8 = tl.load(K + rows)
+        tl.store(KBF + rows, k8.to(tl.bfloat16))
+        if K_REQ:
+            x = _e4m3_value(k8.to(tl.uint8, bitcast=True).to(tl.int32)) * tl.load(KS + bh * S + offs_n)[:, None]
+            kscale = _fp8_scale(tl.max(tl.max(_abs_bits(x), axis=1), axis=0), TINY)
+            tl.store(KBS + bh * (S // BR) + pid, kscale)
+            code = _e4m3_code(_div_by_shared(x, kscale)).to(tl.uint8)
+            tl.store(KB + rows, code)
+            # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
+            tl.store(KBBF + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
+        elif K_OFF:
             tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
         base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
         row0 = bh * S * D + pid * BR * D  # the rows' first byte
@@ -170,12 +182,13 @@ def _rows_per_program(seq: int) -> int:
 
 
 def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None):
-    """(QB, DOB, KBF, KBBF, VR, VBR, VBS) for the backward kernels (see the module docstring). Operands
-    as `attention_bwd.backward` takes them; DOB is None without V's off-diagonal copy (P then carries
-    V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies. VBS: V's block
-    scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows are read
-    on this path) the ones re-quantized here with VBR. stats: a `query_stats` buffer to fill (with V's
-    copy only: the same pass computes them for DOB)."""
+    """(QB, DOB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
+    Operands as `attention_bwd.backward` takes them; DOB is None without V's off-diagonal copy (P then
+    carries V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies. VBS: V's
+    block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows are
+    read on this path) the ones re-quantized here with VBR. KB, KBS: K's token-block copy, k.off's, or
+    where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to
+    fill (with V's copy only: the same pass computes them for DOB)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     dev = q.vals.device
@@ -191,22 +204,35 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                                                 stats if stats is not None else lse2, seq, D=d, BR=rows,
                                                 SCALED_DO=dob is not None, WITH_STATS=stats is not None,
                                                 ROWS=STATS_ROWS, INTERP=INTERPRET, num_warps=warps)
-    requant = v.off is not None and v.off.deferred
-    if requant and v.off.block & (v.off.block - 1):  # not a power of two: the separate pass
-        v = materialize_off_diagonal(v, QZ)
-        requant = False
-    if requant:
-        rows = v.off.block  # one program per token block: its scale is the program's amax
+    # a deferred copy is re-quantized here, one program per token block (its scale is the program's amax),
+    # where the block is a power of two; else the separate pass computes it first
+    k, v = (op if op.off is None or not op.off.deferred or _is_pow2(op.off.block) else
+            materialize_off_diagonal(op, QZ) for op in (k, v))
+    k_req = k.off is not None and k.off.deferred
+    v_req = v.off is not None and v.off.deferred
+    if k_req or v_req:
+        rows = (k.off if k_req else v.off).block
+        if k_req and v_req and k.off.block != v.off.block:
+            raise ValueError(f"bf16_copies: K's and V's deferred copies have token blocks {k.off.block} and "
+                             f"{v.off.block}; one pass re-quantizes both with one block")
     kbf = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=dev)
     kbbf = torch.empty_like(kbf) if k.off is not None else kbf
+    kb = torch.empty_like(k.vals) if k_req else k.off.vals if k.off is not None else None
+    kbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if k_req
+           else k.off.scale if k.off is not None else None)
     vr = torch.empty(b, hkv, seq, d, dtype=v.vals_t.dtype, device=dev)
     vbr = torch.empty_like(vr) if v.off is not None else vr
-    vbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if requant
+    vbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if v_req
            else v.off.scale if v.off is not None else v.scale)
     vt_bytes = v.vals_t.view(torch.uint8)
     _key_copies_kernel[(seq // rows, b * hkv)](
-        k.vals, k.off.vals if k.off is not None else k.vals, vt_bytes, v.scale,
-        v.off.vals.view(torch.uint8) if v.off is not None and not requant else vt_bytes, kbf, kbbf,
-        vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq, D=d, BR=rows, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, V_REQ=requant, TINY=FP8_TINY, num_warps=warps)
-    return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None
+        k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
+        kbs if kbs is not None else k.scale, vt_bytes, v.scale,
+        v.off.vals.view(torch.uint8) if v.off is not None and not v_req else vt_bytes, kbf, kbbf,
+        vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq, D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req,
+        V_OFF=v.off is not None, V_REQ=v_req, TINY=FP8_TINY, num_warps=warps)
+    return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0

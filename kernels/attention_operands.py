@@ -35,8 +35,8 @@ class OffDiagonal:
 
     ``vals`` fp8 [..., S, D] (or [..., D, S] when ``transposed``), ``scale`` fp32
     [..., S // block]: one scale per kernel tile, so the kernels fold it as a scalar.
-    Both None: ``deferred`` (`attach_off_diagonal(defer_v=True)`), the copy not computed yet;
-    `attention_bwd.backward` either re-quantizes it as rows within its `pre` copies (the only form
+    Both None: ``deferred`` (`attach_off_diagonal(defer_v=True, defer_k=True)`), the copy not computed
+    yet; `attention_bwd.backward` either re-quantizes it as rows within its `pre` copies (the only form
     that path reads) or, on any other path, computes it here (`off_diagonal`).
     """
 
@@ -175,12 +175,15 @@ class ForwardOperands:
 
 
 def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, block: int,
-                        v_transposed: bool, defer_v: bool = False) -> None:
+                        v_transposed: bool, defer_v: bool = False, defer_k: bool = False) -> None:
     """Give the fp8 key-side operands their token-block copies (`off_diagonal`), in place.
-    defer_v (the autograd backward, safeguards on): V's copy is left ``deferred`` for
-    `attention_bwd.backward` (see `OffDiagonal`); the leaky copy is V itself and never deferred."""
+    defer_v / defer_k (the autograd backward, safeguards on): V's / K's copy is left ``deferred`` for
+    `attention_bwd.backward` (see `OffDiagonal`); a leaky copy is the operand itself and never deferred."""
     if spec.qk == "fp8":
-        k.off = off_diagonal(k, block, impl, not safeguards)
+        if defer_k and safeguards:
+            k.off = OffDiagonal(None, None, block)
+        else:
+            k.off = off_diagonal(k, block, impl, not safeguards)
     if spec.pv == "fp8":
         if defer_v and safeguards:
             v.off = OffDiagonal(None, None, block, v_transposed)

@@ -44,14 +44,16 @@ def variants(qz):
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
             "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "D": "i32"},
            {**fp8, "BLOCK_S": 128}, 8)
-    # the backward's `pre` copies of K and V (attention_bwd_copies); V_REQ re-quantizes V's token-block rows
+    # the backward's `pre` copies of K and V (attention_bwd_copies); K_REQ / V_REQ re-quantize K's token-block
+    # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies
 
-    for v_req in (False, True):
-        yield (f"backward key copies v_req={v_req}", copies._key_copies_kernel,
-               {"K": "*fp8e4nv", "KB": "*fp8e4nv", "VT": "*u8", "VS": "*fp32", "VBT": "*u8", "KBF": "*bf16",
-                "KBBF": "*bf16", "VR": "*u8", "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
-               {"D": 128, "BR": 128, "K_OFF": True, "V_OFF": True, "V_REQ": v_req, "TINY": tiny}, 8)
+    for k_req, v_req in itertools.product((False, True), repeat=2):
+        yield (f"backward key copies k_req={k_req} v_req={v_req}", copies._key_copies_kernel,
+               {"K": "*fp8e4nv", "KS": "*fp32", "KB": "*u8" if k_req else "*fp8e4nv", "KBS": "*fp32", "VT": "*u8",
+                "VS": "*fp32", "VBT": "*u8", "KBF": "*bf16", "KBBF": "*bf16", "VR": "*u8", "VBR": "*u8",
+                "VBS": "*fp32", "S": "i32"},
+               {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": v_req, "TINY": tiny}, 8)
     yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
            {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
             "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)

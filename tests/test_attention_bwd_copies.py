@@ -1,7 +1,8 @@
-"""The backward's `pre` copies (`attention_bwd_copies`) with V's token-block copy deferred: the copies pass
-re-quantizes V's rows per token block from Vᵀ's per-token bytes, where the old route computed the copy as
-Vᵀ bytes (`quantize.requantize_fp8_token_blocks`, transposed) and transposed it back. Both must give the
-same bytes, block scales and gradients, bit for bit."""
+"""The backward's `pre` copies (`attention_bwd_copies`) with V's and K's token-block copies deferred: the
+copies pass re-quantizes V's rows per token block from Vᵀ's per-token bytes, where the old route computed the
+copy as Vᵀ bytes (`quantize.requantize_fp8_token_blocks`, transposed) and transposed it back, and K's copy
+from K's per-token bytes, where the old route ran `requantize_fp8_token_blocks` as a pass of its own. Both
+must give the same bytes, block scales and gradients, bit for bit."""
 from dataclasses import replace
 
 import pytest
@@ -22,6 +23,10 @@ def _inputs(b, hq, hkv, s, d, seed):
 
 def _deferred(v: Operand) -> Operand:
     return replace(v, off=OffDiagonal(None, None, 128, transposed=True))
+
+
+def _deferred_k(k: Operand) -> Operand:
+    return replace(k, off=OffDiagonal(None, None, 128))
 
 
 def _special_bytes(v: Operand) -> Operand:
@@ -55,7 +60,7 @@ def test_requantized_rows_equal_the_transposed_copy(d, special):
     assert torch.equal(old.off.vals.view(torch.uint8), want_vbr.view(torch.uint8))
     got = bf16_copies(qo, ko, deferred, doo, lse2, moff, delta)
     ref = bf16_copies(qo, ko, old, doo, lse2, moff, delta)
-    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS")
+    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS", "KB", "KBS")
     for name, a, b in zip(names, got, ref, strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name  # NaN scales too: their bits
     assert torch.equal(got[4].view(torch.uint8), vo.vals_t.mT.contiguous().view(torch.uint8))
@@ -66,22 +71,61 @@ def test_requantized_rows_equal_the_transposed_copy(d, special):
         assert got[6].isnan().any() and got[6].isinf().any() and (got[6] == tiny).any()
 
 
+def _special_k(k: Operand) -> Operand:
+    """k with NaN bytes in one token block, an all-zero block (the TINY clamp) and tokens of a huge and a
+    subnormal scale: the requantization's edge cases, for K's rows."""
+    rows = k.vals.view(torch.uint8).clone()
+    scale = k.scale.clone()
+    rows[0, 0, 5, 3] = 0x7F
+    rows[0, 0, 9, 7] = 0xFF
+    rows[0, -1, 128:256] = 0
+    scale[0, 0, 200] = 3.0e38
+    scale[0, -1, 300] = 1.0e-40
+    rows[0, -1, 300, 11] = 0x01
+    return replace(k, vals=rows.view(torch.float8_e4m3fn), scale=scale, off=None)
+
+
+@pytest.mark.parametrize("d,special", [(64, False), (128, False), (64, True)])
+def test_requantized_k_copy_equals_the_separate_pass(d, special):
+    """K's copy deferred (with V's, as the autograd backward leaves them): the copies pass writes K's
+    token-block bytes, block scales and their bf16 copy KBBF equal to `requantize_fp8_token_blocks` of K's
+    per-token bytes and the copies from the given copy; every other output unchanged."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 2, 2, 384, d, seed=3 * d + special)
+    qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do)[:7]
+    if special:
+        ko = _special_k(ko)
+    old = materialize_off_diagonal(_deferred_k(ko), QZ)  # the old route: the separate pass
+    want_kb, want_kbs = QZ.requantize_fp8_token_blocks(ko.vals, ko.scale, 128)
+    assert torch.equal(old.off.vals.view(torch.uint8), want_kb.view(torch.uint8))
+    got = bf16_copies(qo, _deferred_k(ko), _deferred(vo), doo, lse2, moff, delta)
+    ref = bf16_copies(qo, old, _deferred(vo), doo, lse2, moff, delta)
+    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS", "KB", "KBS")
+    for name, a, b in zip(names, got, ref, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name  # NaN scales too: their bits
+    assert torch.equal(got[7].view(torch.uint8), want_kb.view(torch.uint8))
+    assert torch.equal(got[8].view(torch.int32), want_kbs.reshape(got[8].shape).view(torch.int32))
+    if special:  # the cases were hit: a NaN block, an Inf one, the clamp
+        tiny = torch.tensor(FP8_TINY, dtype=torch.float32) / 448
+        assert got[8].isnan().any() and got[8].isinf().any() and (got[8] == tiny).any()
+
+
 @pytest.mark.parametrize("causal,hq,hkv,half", [(True, 4, 2, False), (True, 2, 1, True), (False, 2, 2, False)])
-def test_backward_with_deferred_copy_is_bit_identical(causal, hq, hkv, half):
-    """The backward with V's copy deferred (the autograd path, `attach_off_diagonal(defer_v=True)`): pre
-    re-quantizes it within its copies, any other launch computes it first; every gradient equals the
-    launch with the copy given, bit for bit."""
+def test_backward_with_deferred_copies_is_bit_identical(causal, hq, hkv, half):
+    """The backward with V's and K's copies deferred (the autograd path, `attach_off_diagonal(defer_v=True,
+    defer_k=True)`): pre re-quantizes them within its copies, any other launch computes them first; every
+    gradient equals the launch with the copies given, bit for bit."""
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=5 + hq + causal)
     args = list(backward_args(spec, q, k, v, do, causal=causal))
     cfg = {"num_warps": 4, "num_stages": 1, "sub": 32, **({"bn": 64, "bm": 64} if half else {})}
     given = attention_bwd.backward(*args, config=cfg)
-    args[2] = _deferred(args[2])
+    args[1], args[2] = _deferred_k(args[1]), _deferred(args[2])
     for extra in ({}, {"pre": True}):
         got = attention_bwd.backward(*args, config={**cfg, **extra})
         for name, a, b in zip(("dQ", "dK", "dV"), got, given, strict=True):
             assert a.abs().sum() > 0 and torch.equal(a, b), f"{name} {extra}"
-    assert args[2].off.deferred  # the caller's operand is left as it was
+    assert args[1].off.deferred and args[2].off.deferred  # the caller's operands are left as they were
 
 
 def test_query_stats_are_the_row_stats():

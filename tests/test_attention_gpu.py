@@ -195,11 +195,12 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
 
 
 @pytest.mark.parametrize("gluon", [True, False])
-def test_gpu_backward_deferred_v_copy_is_bit_identical(gluon):
-    """V's token-block copy deferred (the autograd backward's default): the `pre` copies re-quantize its
-    rows on the GPU's conversions (`_key_copies_kernel` V_REQ, the finite path's paired cvt) where the old
-    route wrote Vᵀ bytes (`_fp8_requant_blocks_kernel`) and transposed them: the same rows and scales, and
-    every gradient bit for bit, through the Gluon and the Triton dK/dV kernel."""
+def test_gpu_backward_deferred_copies_are_bit_identical(gluon):
+    """V's and K's token-block copies deferred (the autograd backward's default): the `pre` copies
+    re-quantize them on the GPU's conversions (`_key_copies_kernel` V_REQ, the finite path's paired cvt;
+    K_REQ) where the old route wrote them by `_fp8_requant_blocks_kernel` (V's as Vᵀ bytes, transposed
+    back): the same bytes and scales, and every gradient bit for bit, through the Gluon and the Triton
+    dK/dV kernel."""
     from dataclasses import replace
 
     from flamia_kernels import AttentionSpec, attention_bwd
@@ -210,17 +211,21 @@ def test_gpu_backward_deferred_v_copy_is_bit_identical(gluon):
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=43)
     args = list(backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5))
-    vo = args[2]
+    ko, vo = args[1], args[2]
     deferred = replace(vo, off=OffDiagonal(None, None, 128, transposed=True))
-    got = bf16_copies(*args[:2], deferred, *args[3:7])
+    deferred_k = replace(ko, off=OffDiagonal(None, None, 128))
+    got = bf16_copies(args[0], deferred_k, deferred, *args[3:7])
     want = bf16_copies(*args[:7])
-    for name, a, b in zip(("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS"), got, want, strict=True):
+    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS", "KB", "KBS")
+    for name, a, b in zip(names, got, want, strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
     want_vbr, _ = QZ.requantize_fp8_token_blocks(vo.vals_t, vo.scale, 128, transposed=True)
     assert torch.equal(got[5].view(torch.uint8), want_vbr.mT.contiguous().view(torch.uint8))
+    want_kb, _ = QZ.requantize_fp8_token_blocks(ko.vals, ko.scale, 128)
+    assert torch.equal(got[7].view(torch.uint8), want_kb.view(torch.uint8))
     base = {**attention_bwd.launch_config(128, spec.ds), "gluon": gluon}
     given = attention_bwd.backward(*args, config=base)
-    args[2] = deferred
+    args[1], args[2] = deferred_k, deferred
     for name, a, b in zip(("dQ", "dK", "dV"), attention_bwd.backward(*args, config=base), given, strict=True):
         assert a.abs().sum() > 0 and torch.equal(a, b), name
 
