@@ -42,7 +42,16 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_quant import to_bf16
-    from .quantize import _INF_BITS, _abs_bits, _div_by_shared, _e4m3_code, _e4m3_value, _fp8_scale, _store_e4m3_pairs
+    from .quantize import (
+        _HW_FP8,
+        _INF_BITS,
+        _abs_bits,
+        _div_by_shared,
+        _e4m3_code,
+        _e4m3_value,
+        _fp8_scale,
+        _store_e4m3_pairs,
+    )
 
     @triton.jit
     def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
@@ -115,7 +124,8 @@ if HAS_TRITON:
     @triton.jit
     def _key_copies_kernel(K, KS, KB, KBS, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr,
                            BR: tl.constexpr, K_OFF: tl.constexpr, K_REQ: tl.constexpr, V_OFF: tl.constexpr,
-                           V_REQ: tl.constexpr, TINY: tl.constexpr):
+                           V_REQ: tl.constexpr, TINY: tl.constexpr, DO_K: tl.constexpr = True,
+                           DO_V: tl.constexpr = True):
         """KBF, VR and (K_OFF / V_OFF) the token-block copies' KBBF, VBR for BR keys of one K/V head.
         V's bytes move two d per int16 (`_vt_byte_pairs`): a transpose, no arithmetic. V_REQ (BR = the
         token block): V's token-block copy is not given (VBT unread); its rows VBR and block scale VBS are
@@ -128,31 +138,40 @@ if HAS_TRITON:
         offs_n = pid * BR + tl.arange(0, BR)
         offs_d = tl.arange(0, D)
         rows = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-        k8 = tl.load(K + rows)
-        tl.store(KBF + rows, k8.to(tl.bfloat16))
-        if K_REQ:
-            x = _e4m3_value(k8.to(tl.uint8, bitcast=True).to(tl.int32)) * tl.load(KS + bh * S + offs_n)[:, None]
-            kscale = _fp8_scale(tl.max(tl.max(_abs_bits(x), axis=1), axis=0), TINY)
-            tl.store(KBS + bh * (S // BR) + pid, kscale)
-            code = _e4m3_code(_div_by_shared(x, kscale)).to(tl.uint8)
-            tl.store(KB + rows, code)
-            # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
-            tl.store(KBBF + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
-        elif K_OFF:
-            tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
-        base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
-        row0 = bh * S * D + pid * BR * D  # the rows' first byte
-        code = _vt_byte_pairs(VT, base, S, D, BR)
-        _store_byte_pairs(VR, row0, code, D, BR)
-        if V_REQ:
-            tok = pid * BR + 2 * tl.arange(0, BR // 2)[:, None] + tl.arange(0, 2)[None, :]
-            x = _e4m3_value(code) * tl.load(VS + bh * S + tok)[None, :, :, None]
-            amax = tl.max(tl.max(tl.max(tl.max(_abs_bits(x), axis=3), axis=2), axis=1), axis=0)
-            bscale = _fp8_scale(amax, TINY)
-            tl.store(VBS + bh * (S // BR) + pid, bscale)
-            _store_e4m3_pairs(_row_pair_ptrs(VBR, row0, D, BR), None, _div_by_shared(x, bscale), amax < _INF_BITS)
-        elif V_OFF:
-            _store_byte_pairs(VBR, row0, _vt_byte_pairs(VBT, base, S, D, BR), D, BR)
+        if DO_K:
+            k8 = tl.load(K + rows)
+            tl.store(KBF + rows, k8.to(tl.bfloat16))
+            if K_REQ:
+                x = _e4m3_value(k8.to(tl.uint8, bitcast=True).to(tl.int32)) * tl.load(KS + bh * S + offs_n)[:, None]
+                amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0)
+                kscale = _fp8_scale(amax, TINY)
+                tl.store(KBS + bh * (S // BR) + pid, kscale)
+                q = _div_by_shared(x, kscale)
+                if _HW_FP8 and amax < _INF_BITS:  # no quotient is NaN: the hardware's bytes need no NaN fix
+                    f8 = q.to(tl.float8e4nv)
+                    tl.store(KB + rows, f8.to(tl.uint8, bitcast=True))
+                    tl.store(KBBF + rows, f8.to(tl.bfloat16))
+                else:
+                    code = _e4m3_code(q).to(tl.uint8)
+                    tl.store(KB + rows, code)
+                    # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
+                    tl.store(KBBF + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
+            elif K_OFF:
+                tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
+        if DO_V:
+            base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
+            row0 = bh * S * D + pid * BR * D  # the rows' first byte
+            code = _vt_byte_pairs(VT, base, S, D, BR)
+            _store_byte_pairs(VR, row0, code, D, BR)
+            if V_REQ:
+                tok = pid * BR + 2 * tl.arange(0, BR // 2)[:, None] + tl.arange(0, 2)[None, :]
+                x = _e4m3_value(code) * tl.load(VS + bh * S + tok)[None, :, :, None]
+                amax = tl.max(tl.max(tl.max(tl.max(_abs_bits(x), axis=3), axis=2), axis=1), axis=0)
+                bscale = _fp8_scale(amax, TINY)
+                tl.store(VBS + bh * (S // BR) + pid, bscale)
+                _store_e4m3_pairs(_row_pair_ptrs(VBR, row0, D, BR), None, _div_by_shared(x, bscale), amax < _INF_BITS)
+            elif V_OFF:
+                _store_byte_pairs(VBR, row0, _vt_byte_pairs(VBT, base, S, D, BR), D, BR)
 
 
 # Rows of `query_stats` per head: s_q, M, 1/l, delta, s_dO, then padding (a TMA box of [8, sub-tile])
@@ -175,6 +194,12 @@ def pre_eligible(q, k, v, do, spec) -> bool:
     fp8 = torch.float8_e4m3fn
     return (spec.pv == "fp8" and spec.ds == "bf16" and q.vals.dtype == fp8 and k.vals.dtype == fp8
             and v.vals_t.dtype == fp8 and do.vals.dtype == fp8)
+
+
+# The key copies as two launches (K's half at 16 warps, 64 registers: twice the warps per SM of the joint
+# program's 8 at 122) or one (experiment switch, timed on the H200 by session10_final.sh).
+KEY_COPIES_SPLIT = False
+KEY_COPIES_WARPS = {"k": 16, "v": 8}
 
 
 def _rows_per_program(seq: int) -> int:
@@ -225,12 +250,18 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     vbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if v_req
            else v.off.scale if v.off is not None else v.scale)
     vt_bytes = v.vals_t.view(torch.uint8)
-    _key_copies_kernel[(seq // rows, b * hkv)](
-        k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
-        kbs if kbs is not None else k.scale, vt_bytes, v.scale,
-        v.off.vals.view(torch.uint8) if v.off is not None and not v_req else vt_bytes, kbf, kbbf,
-        vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq, D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req,
-        V_OFF=v.off is not None, V_REQ=v_req, TINY=FP8_TINY, num_warps=warps)
+    key_args = (k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
+                kbs if kbs is not None else k.scale, vt_bytes, v.scale,
+                v.off.vals.view(torch.uint8) if v.off is not None and not v_req else vt_bytes, kbf, kbbf,
+                vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq)
+    flags = dict(D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req, V_OFF=v.off is not None, V_REQ=v_req,
+                 TINY=FP8_TINY)
+    if KEY_COPIES_SPLIT:  # K's and V's halves as two launches, each at its own warps
+        for part, do_k in (("k", True), ("v", False)):
+            _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, DO_K=do_k, DO_V=not do_k,
+                                                       num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part])
+    else:
+        _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, num_warps=warps)
     return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs
 
 
