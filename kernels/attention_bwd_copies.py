@@ -196,9 +196,11 @@ def pre_eligible(q, k, v, do, spec) -> bool:
             and v.vals_t.dtype == fp8 and do.vals.dtype == fp8)
 
 
-# The key copies as two launches (K's half at 16 warps, 64 registers: twice the warps per SM of the joint
-# program's 8 at 122) or one (experiment switch, timed on the H200 by session10_final.sh).
-KEY_COPIES_SPLIT = False
+# The key copies as two launches, K's half at 16 warps (64 registers: two programs per SM, twice the warps of
+# the joint program's 8 at 122 registers) and V's at 8: on the H200 at S = 8k, B×H = 64 (session10_final.sh,
+# torch.profiler, two rounds) 113.1 + 86.8 / 113.6 + 86.9 µs against 295.2 / 304.2 µs for one launch (the
+# same bytes: tests/test_attention_bwd_copies.py, test_gpu_backward_deferred_copies_are_bit_identical).
+KEY_COPIES_SPLIT = True
 KEY_COPIES_WARPS = {"k": 16, "v": 8}
 
 

@@ -129,18 +129,18 @@ def test_backward_with_deferred_copies_is_bit_identical(causal, hq, hkv, half):
 
 
 def test_key_copies_as_two_launches_write_the_same_bytes(monkeypatch):
-    """`KEY_COPIES_SPLIT`: K's half and V's half of the key copies as two launches give the joint launch's
-    outputs, both copies deferred and both given."""
+    """`KEY_COPIES_SPLIT` (the default): K's half and V's half of the key copies as two launches give the
+    joint launch's outputs, both copies deferred and both given."""
     from flamia_kernels import attention_bwd_copies
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 4, 2, 384, 64, seed=13)
     qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do)[:7]
     for kk, vv in ((ko, vo), (_deferred_k(ko), _deferred(vo))):
+        monkeypatch.setattr(attention_bwd_copies, "KEY_COPIES_SPLIT", False)
         want = bf16_copies(qo, kk, vv, doo, lse2, moff, delta)
         monkeypatch.setattr(attention_bwd_copies, "KEY_COPIES_SPLIT", True)
         got = bf16_copies(qo, kk, vv, doo, lse2, moff, delta)
-        monkeypatch.setattr(attention_bwd_copies, "KEY_COPIES_SPLIT", False)
         for a, b in zip(got, want, strict=True):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
