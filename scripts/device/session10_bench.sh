@@ -3,8 +3,6 @@
 # rounds (bench_attention --rounds), fp8 against cuDNN, flash SDPA and FlexAttention at S = 8k, 16k, 32k.
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 TAIL=30 phase bench 560 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets fp8 \
   --peers cudnn,flash,flex --rounds 3 --out "$R/bench"
 tar -czf "$OUT/results.tar.gz" -C /tmp results

@@ -4,11 +4,9 @@
 # dQ kernel, and per-kernel times (torch.profiler, S = 8k), interleaved.
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 W="python3 scripts/device/with_constants.py"
 V4="attention_bwd_gluon.MAXNREG_DQ=128 attention_bwd_gluon.DQ_STAGES=2"
-TAIL=6 phase tests_dq4 120 $W $V4 -- -m pytest -q -m gpu -s -p no:cacheprovider --tb=short \
+TAIL=6 phase tests_dq4 120 $W $V4 -- $GPU_TESTS_ARGS \
   tests/test_attention_gpu.py -k "gluon_dq"
 for round in 1 2; do
   TAIL=4 phase "gaps_base_$round" 60 python3 scripts/launch_gaps.py --seq 8192

@@ -5,13 +5,10 @@
 #   rm -rf .gpu/base; mkdir -p .gpu/base; git archive 57ec817 kernels | tar -x -C .gpu/base
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
-mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
-BASE=/tmp/site:/tmp/basepkgs:$PWD
+BASE=$(base_kernels)
 W="python3 scripts/device/with_constants.py"
 SPLIT="attention_bwd_copies.KEY_COPIES_SPLIT=True"
-P="-m pytest -q -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py -k deferred_copies"
+P="$GPU_TESTS_ARGS tests/test_attention_gpu.py -k deferred_copies"
 TAIL=4 phase tests_joint 120 python3 $P
 TAIL=4 phase tests_split 120 $W $SPLIT -- $P
 for round in 1 2; do

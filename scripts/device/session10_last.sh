@@ -3,8 +3,6 @@
 # at 16 warps), the speed table in three interleaved rounds, and the GPU tier of test_attention_gpu.py.
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 W="python3 scripts/device/with_constants.py"
 V16="attention_bwd_copies.KEY_COPIES_WARPS={'k':16,'v':16}"
 for round in 1 2; do
@@ -14,5 +12,5 @@ done
 for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; sed -n '/training/,$p' "$f" | grep "copies\|per call\|dq_gluon\|dkdv"; done
 TAIL=12 phase bench 150 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 --peers cudnn \
   --rounds 3 --out "$R/bench"
-TAIL=4 phase tests_attn 300 python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py
+TAIL=4 phase tests_attn 300 $GPU_TESTS tests/test_attention_gpu.py
 tar -czf "$OUT/results.tar.gz" -C /tmp results

@@ -4,8 +4,6 @@
 # cuDNN alone read 1.58), and the forward's host enqueue time with and without a compiled FlexAttention.
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 B="python3 scripts/bench_attention.py --seqs 8192 --dims 128 --presets fp8 --rounds 3"
 TAIL=6 phase bench_cudnn 120 $B --peers cudnn --out "$R/cudnn"
 TAIL=10 phase bench_all 200 $B --peers cudnn,flash,flex --out "$R/all"

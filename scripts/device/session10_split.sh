@@ -4,12 +4,10 @@
 # dK/dV kernel (GPU test, safeguards on and off), per-kernel times at S = 8k (torch.profiler), interleaved.
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 W="python3 scripts/device/with_constants.py"
 SPLIT="attention_bwd_gluon.SPLIT=True"
 SPLIT4="$SPLIT attention_bwd_gluon.MAXNREG_SPLIT={'dk':128,'dv':128} attention_bwd_gluon.SPLIT_STAGES={'dk':2,'dv':2}"
-TAIL=8 phase tests_split 150 $W $SPLIT -- -m pytest -q -m gpu -s -p no:cacheprovider --tb=short \
+TAIL=8 phase tests_split 150 $W $SPLIT -- $GPU_TESTS_ARGS \
   tests/test_attention_gpu.py -k "gluon_dkdv"
 for round in 1 2; do
   TAIL=4 phase "gaps_fused_$round" 60 python3 scripts/launch_gaps.py --seq 8192

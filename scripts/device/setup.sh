@@ -15,3 +15,16 @@ phase() {
   timeout "$secs" "$@" > "$R/$name.log" 2>&1
   echo "=== $name exit $? ($((SECONDS - t0)) s)"; tail -n "${TAIL:-12}" "$R/$name.log"
 }
+# A device call's results start empty and carry the commit they are of (.gpu/COMMIT, written before the call).
+find "$R" -mindepth 1 -delete
+export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
+# BASE=$(base_kernels): a PYTHONPATH whose flamia_kernels is .gpu/base/kernels, another commit's kernels for an
+# A/B in one call (git archive REV kernels | tar -x -C .gpu/base; .gpu travels in `carry`).
+base_kernels() {
+  mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
+  echo "/tmp/site:/tmp/basepkgs:$PWD"
+}
+# GPU_TESTS: pytest on the GPU tier (-m gpu), printing the tests' figures; GPU_TESTS_ARGS without the
+# interpreter, for a wrapper (scripts/device/with_constants.py ... -- $GPU_TESTS_ARGS tests/...)
+GPU_TESTS_ARGS="-m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
+GPU_TESTS="python3 $GPU_TESTS_ARGS"
