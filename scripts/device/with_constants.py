@@ -27,7 +27,11 @@ def main(argv: list[str]) -> None:
         mod = importlib.import_module(f"flamia_kernels.{module}")
         if not hasattr(mod, const):
             raise SystemExit(f"flamia_kernels.{module} has no constant {const!r}")
-        setattr(mod, const, ast.literal_eval(value))
+        try:
+            literal = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"{item}: the value must be a Python literal (an int, a dict), got {value!r}") from None
+        setattr(mod, const, literal)
         print(f"with flamia_kernels.{module}.{const} = {getattr(mod, const)!r}", flush=True)
     target = argv[cut + 1:]
     if target[:1] == ["-m"]:
