@@ -48,12 +48,17 @@ def variants(qz):
     # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies
 
+    # (K's half, V's half): both in one launch, or each alone at its own warps (KEY_COPIES_SPLIT, the default)
+    halves = [((True, True), 8), ((True, False), copies.KEY_COPIES_WARPS["k"]),
+              ((False, True), copies.KEY_COPIES_WARPS["v"])]
     for k_req, v_req in itertools.product((False, True), repeat=2):
-        yield (f"backward key copies k_req={k_req} v_req={v_req}", copies._key_copies_kernel,
-               {"K": "*fp8e4nv", "KS": "*fp32", "KB": "*u8" if k_req else "*fp8e4nv", "KBS": "*fp32", "VT": "*u8",
-                "VS": "*fp32", "VBT": "*u8", "KBF": "*bf16", "KBBF": "*bf16", "VR": "*u8", "VBR": "*u8",
-                "VBS": "*fp32", "S": "i32"},
-               {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": v_req, "TINY": tiny}, 8)
+        for (do_k, do_v), warps in halves:
+            yield (f"backward key copies k_req={k_req} v_req={v_req} K={do_k} V={do_v}", copies._key_copies_kernel,
+                   {"K": "*fp8e4nv", "KS": "*fp32", "KB": "*u8" if k_req else "*fp8e4nv", "KBS": "*fp32",
+                    "VT": "*u8", "VS": "*fp32", "VBT": "*u8", "KBF": "*bf16", "KBBF": "*bf16", "VR": "*u8",
+                    "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
+                   {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": v_req, "TINY": tiny,
+                    "DO_K": do_k, "DO_V": do_v}, warps)
     yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
            {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
             "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)
