@@ -233,7 +233,7 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                                                 ROWS=STATS_ROWS, INTERP=INTERPRET, num_warps=warps)
     # a deferred copy is re-quantized here, one program per token block (its scale is the program's amax),
     # where the block is a power of two; else the separate pass computes it first
-    k, v = (op if op.off is None or not op.off.deferred or _is_pow2(op.off.block) else
+    k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
             materialize_off_diagonal(op, QZ) for op in (k, v))
     k_req = k.off is not None and k.off.deferred
     v_req = v.off is not None and v.off.deferred
@@ -265,7 +265,3 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     else:
         _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, num_warps=warps)
     return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs
-
-
-def _is_pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
