@@ -80,6 +80,30 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 if HAS_GLUON:
 
     @gluon.jit
+    def _init_ring(STAGES: gl.constexpr):
+        """Both kernels' mbarriers, initialised: one per ring stage, and one for the operands loaded once."""
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(once, count=1)
+        return ready, once
+
+    @gluon.jit
+    def _retire_ring(ready, once, STAGES: gl.constexpr):
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(once)
+
+    @gluon.jit
+    def _fresh_products(a0, b0, a1, b1, zero):
+        """a0·b0ᵀ and a1·b1ᵀ (FP8, B from shared memory read K-major), each into a fresh accumulator; issued,
+        not waited for: Sᵀ and dPᵀ of the dK/dV kernel, S and dP of the dQ kernel."""
+        x0 = warpgroup_mma(a0, b0.permute((1, 0)), zero, use_acc=False, is_async=True)
+        x1 = warpgroup_mma(a1, b1.permute((1, 0)), zero, use_acc=False, is_async=True)
+        return x0, x1
+
+    @gluon.jit
     def _stats_row(st_s, i: gl.constexpr, QRY: gl.constexpr):
         """Row i of a [STATS_ROWS, BM] shared tile as a [BM] vector in QRY = SliceLayout(0, S_L): loaded as
         [1, BM] in S_L (its rows broadcast) and reduced over that one row (a shared view cannot drop to rank
@@ -164,11 +188,7 @@ if HAS_GLUON:
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
         descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
         smems = (q_s, do_s, qb_s, dob_s, st_s)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(kv_bar, count=1)
+        ready, kv_bar = _init_ring(STAGES)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
         mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
@@ -195,8 +215,7 @@ if HAS_GLUON:
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
-                st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-                dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
                 st = st * (ks[:, None] * (qs * qk_scale)[None, :])
                 keep = offs_n[:, None] <= offs_m[None, :]
@@ -235,15 +254,13 @@ if HAS_GLUON:
                         _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 stage = c % STAGES
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                st = warpgroup_mma(k_s, q_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-                dpt = warpgroup_mma(v_s, do_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
                 for j in range(0, n_off - 1):
                     stage = (c + j) % STAGES
                     nxt = (c + j + 1) % STAGES
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
-                    st_n = warpgroup_mma(k_s, q_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
-                    dpt_n = warpgroup_mma(v_s, do_s.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
+                    st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
                     pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                     dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                     dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
@@ -260,9 +277,7 @@ if HAS_GLUON:
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += n_off
 
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(kv_bar)
+        _retire_ring(ready, kv_bar, STAGES)
         offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
         rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
@@ -294,8 +309,7 @@ if HAS_GLUON:
         """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for."""
         stage = j % STAGES
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-        s = warpgroup_mma(q_s, k_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        dp = warpgroup_mma(do_s, v_s.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+        s, dp = _fresh_products(q_s, k_s.index(stage), do_s, v_s.index(stage), zero)
         return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
 
     @gluon.jit
@@ -336,11 +350,7 @@ if HAS_GLUON:
         k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
         v_s = gl.allocate_shared_memory(vr_desc.dtype, [STAGES, BN, D], vr_desc.layout)
         kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, BN, D], kbf_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(q_bar, count=1)
+        ready, q_bar = _init_ring(STAGES)
         descs = (k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc)
         smems = (k_s, v_s, kbf_s)
 
@@ -388,9 +398,7 @@ if HAS_GLUON:
             y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
             dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
 
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(q_bar)
+        _retire_ring(ready, q_bar, STAGES)
         offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
         out = (bh.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
