@@ -39,6 +39,13 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+def _spy(monkeypatch, module, name: str) -> list:
+    """module.name, still called, records each call (a 1) in the returned list for the rest of the test."""
+    calls, original = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    return calls
+
+
 def _triton_forward(emulated: bool = False) -> dict:
     """The forward's default launch on the Triton kernel (the fast path's default is the sm_90 Gluon
     kernel, attention_fwd_gluon): what the Triton kernel's launch options are compared with."""
@@ -451,10 +458,10 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     chained FP8 accumulator (pipe 3: Hopper accumulates FP8 products with fewer mantissa bits, FLAMIA.md)."""
     from flamia_kernels import attention_fwd, attention_fwd_gluon
 
-    fwd, gluon_forward, calls = attention_fwd.launch_config, attention_fwd_gluon.forward, []
+    fwd = attention_fwd.launch_config
     launch = {"gluon": True, "pipe": pipe, "num_stages": 2 if pipe == 3 else 3}
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), **launch})
-    monkeypatch.setattr(attention_fwd_gluon, "forward", lambda *a, **kw: calls.append(1) or gluon_forward(*a, **kw))
+    calls = _spy(monkeypatch, attention_fwd_gluon, "forward")
     q, k, v, do = _inputs(1, 4, 4, 4096, 128, seed=1)
     exact = _grads(lambda *x: reference.attention(*x, "bf16"), q, k, v, do, torch.float32)
     got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
@@ -467,7 +474,7 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
 
 
 @pytest.mark.parametrize("safeguards", [True, False])
-def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards):
+def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon", the fast path's
     default) against the Triton dK/dV kernel at the fast path's launch: the same products and
     elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's V fold, safeguards on
@@ -480,12 +487,8 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards):
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
     assert base["gluon"] is True  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "gluon": False})
-    calls, original = [], attention_bwd_gluon.dkdv
-    attention_bwd_gluon.dkdv = lambda *a, **kw: calls.append(1) or original(*a, **kw)
-    try:
-        got = attention_bwd.backward(*args, config={**base, "gluon": True})
-    finally:
-        attention_bwd_gluon.dkdv = original
+    calls = _spy(monkeypatch, attention_bwd_gluon, "dkdv")
+    got = attention_bwd.backward(*args, config={**base, "gluon": True})
     assert calls, "the Gluon dK/dV kernel never ran"
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
@@ -494,7 +497,7 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards):
 
 
 @pytest.mark.parametrize("bn", [64, 32])
-def test_gpu_gluon_dq_matches_the_triton_kernel(bn):
+def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)
     against the Triton dQ kernel at the fast path's launch: the same products and elementwise expressions
     (GQA, B > 1, S not a power of two, the diagonal tile and the token-block copies)."""
@@ -506,12 +509,8 @@ def test_gpu_gluon_dq_matches_the_triton_kernel(bn):
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dq"}
     assert base["gluon_dq"] == 32  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "gluon_dq": 0})
-    calls, original = [], attention_bwd_gluon.dq
-    attention_bwd_gluon.dq = lambda *a, **kw: calls.append(1) or original(*a, **kw)
-    try:
-        got = attention_bwd.backward(*args, config={**base, "gluon_dq": bn})
-    finally:
-        attention_bwd_gluon.dq = original
+    calls = _spy(monkeypatch, attention_bwd_gluon, "dq")
+    got = attention_bwd.backward(*args, config={**base, "gluon_dq": bn})
     assert calls, "the Gluon dQ kernel never ran"
     print(f"\ngluon dQ bn={bn}: rel-L2 {_rel(got[0], want[0]):.2e}, bit-identical {torch.equal(got[0], want[0])}")
     assert _rel(got[0], want[0]) <= 1e-5 and got[0].abs().sum() > 0
