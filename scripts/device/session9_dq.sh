@@ -5,9 +5,7 @@
 #   bash scripts/device/session9_dq.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
-TAIL=8 phase tests 90 python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py -k "gluon_dq"
+TAIL=8 phase tests 90 $GPU_TESTS tests/test_attention_gpu.py -k "gluon_dq"
 C=4x3x32:bm64:pre:dq,4x3x32:bm64:pre:gluondq:dq,4x3x32:bm64:pre:gluondq32:dq
 TAIL=14 phase profile 90 python3 scripts/bench_attention.py --seqs 8192 --dims 128 --presets fp8 --peers cudnn \
   --modes fwd --profile --bwd-configs $C,$C --out "$R/profile"

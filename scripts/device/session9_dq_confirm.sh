@@ -6,11 +6,8 @@
 #   bash scripts/device/session9_dq_confirm.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
-mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
-BASE=/tmp/site:/tmp/basepkgs:$PWD
-T="python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
+BASE=$(base_kernels)
+T=$GPU_TESTS
 for round in 1 2; do
   TAIL=14 phase "gaps_base_$round" 60 env PYTHONPATH=$BASE python3 scripts/launch_gaps.py --seq 8192
   TAIL=14 phase "gaps_new_$round" 60 python3 scripts/launch_gaps.py --seq 8192

@@ -7,11 +7,9 @@
 #   bash scripts/device/session9_final.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
 mkdir -p /tmp/pfpkgs && ln -sfn "$PWD/.gpu/fwdpf/kernels" /tmp/pfpkgs/flamia_kernels
 PF=/tmp/site:/tmp/pfpkgs:$PWD
-T="python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
+T=$GPU_TESTS
 TAIL=30 phase bench1 150 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets fp8 \
   --peers cudnn,flash,flex --out "$R/bench1"
 for round in 1 2; do

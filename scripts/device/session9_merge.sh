@@ -6,11 +6,8 @@
 #   git archive 1e47dba kernels | tar -x -C .gpu/base; bash scripts/device/session9_merge.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
-mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
-BASE=/tmp/site:/tmp/basepkgs:$PWD
-T="python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
+BASE=$(base_kernels)
+T=$GPU_TESTS
 TAIL=10 phase tests_gluon 200 $T tests/test_attention_gpu.py -k "gluon or deferred or pre_copies or triton_matches or atomic_dq or launch_variants"
 TAIL=6 phase tests_causal 90 $T tests/test_causal_safety.py -k gluon
 for round in 1 2; do

@@ -5,7 +5,6 @@
 #   bash scripts/device/session9_ncu.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
 K='regex:_fwd_gluon_kernel|_dkdv_gluon_kernel|_dq_kernel'
 SECTIONS="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
  --section ComputeWorkloadAnalysis --section InstructionStats --section MemoryWorkloadAnalysis"

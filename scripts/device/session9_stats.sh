@@ -5,11 +5,8 @@
 #   git archive <base> kernels | tar -x -C .gpu/base; bash scripts/device/session9_stats.sh
 set -uo pipefail
 source scripts/device/setup.sh
-find "$R" -mindepth 1 -delete
-export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
-mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
-BASE=/tmp/site:/tmp/basepkgs:$PWD
-T="python3 -m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
+BASE=$(base_kernels)
+T=$GPU_TESTS
 TAIL=8 phase tests_dkdv 120 $T tests/test_attention_gpu.py -k "gluon_dkdv or deferred or pre_copies"
 TAIL=6 phase tests_causal 90 $T tests/test_causal_safety.py -k gluon
 for round in 1 2; do
