@@ -487,7 +487,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
-    r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block else (moff, moff)  # unread at bn=block
+    # the fold's row factors: read by Triton programs narrower than the tile and by the Gluon kernel at any width
+    r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block or on_gluon else (moff, moff)
     if on_gluon and which != "dq":
         dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile,
                                           safeguards, sm_scale)

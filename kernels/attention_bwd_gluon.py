@@ -48,11 +48,17 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-BN = 64  # keys per program: one warpgroup's wgmma M
+BN = 128  # keys per dK/dV program: a warpgroup (wgmma M = 64) per 64 keys
 BM = 32  # queries per sub-tile
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
-NUM_WARPS = 4
+# The Triton kernels' fast-path launch (`attention_bwd.launch_config`) that the Gluon kernels stand in for
+FAST_BN, FAST_BM = 64, 64
+
+
+def warps_for(rows: int) -> int:
+    """Warps of a program whose accumulators are `rows` tall: one warpgroup (4 warps) per wgmma M of 64."""
+    return rows // 16
 
 
 def _unsupported(q, k, v, spec, causal: bool, doc, launch_why: str | None) -> str | None:
@@ -72,7 +78,7 @@ def _unsupported(q, k, v, spec, causal: bool, doc, launch_why: str | None) -> st
 
 def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
-    ours = cfg.get("pre") and cfg.get("bn") == BN and cfg.get("sub") == BM and cfg.get("dq") == "kernel"
+    ours = cfg.get("pre") and cfg.get("bn") == FAST_BN and cfg.get("sub") == BM and cfg.get("dq") == "kernel"
     return _unsupported(q, k, v, spec, causal, doc,
                         None if ours else "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)")
 
@@ -163,12 +169,13 @@ if HAS_GLUON:
                            VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                            BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                            STATS_ROWS: gl.constexpr):
-        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 32])
-        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
         KEY: gl.constexpr = gl.SliceLayout(1, S_L)
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
-        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # the diagonal's dO rows
+        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NW, 1], [1, 0])  # the diagonal's dO rows
 
         pid_n = gl.program_id(0)
         bhk = gl.program_id(1)
@@ -329,8 +336,9 @@ if HAS_GLUON:
         elementwise expressions). Each key sub-tile's products are waited for as soon as they are issued,
         as in the forward's chained variant, so that a program fits MAXNREG_DQ[BN] registers and four (BN = 32)
         run per SM: with S and dP of the next sub-tile in flight it needed 203 and ran slower (f61bd6d)."""
-        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 32])
-        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BN, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
         ROW: gl.constexpr = gl.SliceLayout(1, S_L)
         COL: gl.constexpr = gl.SliceLayout(0, S_L)
@@ -441,12 +449,12 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
     _dkdv_gluon_kernel[(seq // BN, b * hkv)](
         *descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag, r_tile,
         dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES,
-        SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=NUM_WARPS,
+        SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=warps_for(BN),
     )
     return dk, dv
 
 
-DQ_BM = 64  # query rows per dQ program: one warpgroup's wgmma M
+DQ_BM = 128  # query rows per dQ program: a warpgroup (wgmma M = 64) per 64 rows
 # Per key sub-tile (launch option gluon_dq): ring stages and registers. 32 keys: four programs per SM (65536
 # registers / (4 × 128 threads) = 128, 60 B of spills, 3 local loads a sub-tile; shared memory 4 × (Q's and dO's
 # 8 KB each + 2 stages × 16 KB) = 192 KB): 2157-2169 µs against 2253-2294 at three per SM (168 registers, 3
@@ -458,7 +466,7 @@ MAXNREG_DQ = {32: 128, 64: 168}
 
 def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dQ kernel can run this backward under launch `cfg`, else why not."""
-    ours = cfg.get("pre") and cfg.get("bm") == DQ_BM and cfg.get("dq") == "kernel"
+    ours = cfg.get("pre") and cfg.get("bm") == FAST_BM and cfg.get("dq") == "kernel"
     return _unsupported(q, k, v, spec, causal, doc,
                         None if ours else "the fast path's launch only (pre, bm = 64, dQ by its own kernel)")
 
@@ -485,6 +493,6 @@ def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64):
     _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
         *dq_descriptors(q, k, do, copies, bn), q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale,
         v.off.scale, out, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
-        STAGES=DQ_STAGES[bn], num_warps=NUM_WARPS, maxnreg=MAXNREG_DQ[bn],
+        STAGES=DQ_STAGES[bn], num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn],
     )
     return out

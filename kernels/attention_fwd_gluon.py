@@ -48,14 +48,14 @@ BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
-NUM_WARPS = 4
+CHAIN_STAGES = 2
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
 
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
-    return 2 if pipe == 3 else STAGES
+    return CHAIN_STAGES if pipe == 3 else STAGES
 
 
 def unsupported(x: torch.Tensor, spec, causal: bool, has_doc: bool) -> str | None:
@@ -167,8 +167,8 @@ if HAS_GLUON:
         shared by four threads (two shuffles per reduction); the products' layout loads 4-byte pairs and
         stores bytes in pairs (the sm_90 prologue grew by ~950 instructions there, by ~600 on QL's finite
         path)."""
-        QL: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[8, 4], warps_per_cta=[4, 1],
-                                            order=[1, 0])
+        QL: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[8, 4],
+                                            warps_per_cta=[BM // 16, 1], order=[1, 0])
         rows = gl.arange(0, BM, layout=gl.SliceLayout(1, QL))
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
         base = QRAW + (bh.to(gl.int64) * S + first) * D
@@ -190,7 +190,8 @@ if HAS_GLUON:
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
-        L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
+        NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
+        L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)  # fp8 A from registers
         ROW: gl.constexpr = gl.SliceLayout(1, L)
         COL: gl.constexpr = gl.SliceLayout(0, L)
@@ -420,7 +421,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         *descriptors(q, k, v), q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
         BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
-        num_warps=NUM_WARPS, **_registers(pipe),
+        num_warps=BM // 16, **_registers(pipe),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -215,8 +215,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v),
                          ["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
                          + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.NUM_WARPS, **G._registers(pipe)})
-    label = (f"{G.NUM_WARPS}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
+                         {"num_warps": G.BM // 16, **G._registers(pipe)})
+    label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
              + ("" if fuse_q else ":qpass"))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
@@ -247,8 +247,9 @@ def gluon_dkdv_report(safeguards: bool) -> dict:
     ptx = _compile_gluon(G._dkdv_gluon_kernel,
                          G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
                          ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.NUM_WARPS})
-    return {"config": f"{G.NUM_WARPS}x{G.STAGES}x{G.BM}:half:pre:gluon", **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+                         {"num_warps": G.warps_for(G.BN)})
+    return {"config": f"{G.warps_for(G.BN)}x{G.STAGES}x{G.BM}:bn{G.BN}:pre:gluon", **ptxas_report(ptx),
+            "mma": mma_kinds(ptx)}
 
 
 def gluon_dq_report(bn: int) -> dict:
@@ -266,8 +267,9 @@ def gluon_dq_report(bn: int) -> dict:
     ptx = _compile_gluon(G._dq_gluon_kernel, G.dq_descriptors(q, k, do, copies, bn),
                          ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 4
                          + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.NUM_WARPS, "maxnreg": G.MAXNREG_DQ[bn]})
-    config = f"{G.NUM_WARPS}x{G.DQ_STAGES[bn]}x{bn}:bm64:pre" + (":gluondq" if bn == 64 else ":gluondq32")
+                         {"num_warps": G.warps_for(G.DQ_BM), "maxnreg": G.MAXNREG_DQ[bn]})
+    config = (f"{G.warps_for(G.DQ_BM)}x{G.DQ_STAGES[bn]}x{bn}:bm{G.DQ_BM}:pre"
+              + (":gluondq" if bn == 64 else ":gluondq32"))
     return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
