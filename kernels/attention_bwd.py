@@ -368,13 +368,12 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
-        return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": FAST_DQ,
+        return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "gluon_dq": 32}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
 DQ_MODES = ("kernel", "atomic")
-FAST_DQ = "kernel"  # the fp8 fast path's dQ mode (launch_config)
 
 
 def _fold_rows(v_scale: torch.Tensor, block: int, causal: bool):
@@ -420,13 +419,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     defaults = launch_config(d, spec.ds, spec.emulated)
     if doc is not None:  # half-tile dK/dV programs cannot see the fold's row factor across documents
         defaults.pop("bn", None)
-    config_in = config
     config = dict(config or defaults)
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
-    chosen_dq = "dq" in (config_in or {})  # the caller's choice, else the default
     dq_mode = config.pop("dq", defaults["dq"])
-    if dq_mode == "atomic" and not chosen_dq and torch.are_deterministic_algorithms_enabled():
-        dq_mode = "kernel"  # the default's run-dependent sums give way to the dQ kernel in deterministic mode
     pre = config.pop("pre", False)
     if not pre:  # the token-block copies as the kernels read them without the copies pass (V's: [D, S] bytes)
         k, v = materialize_off_diagonal(k, QZ), materialize_off_diagonal(v, QZ)
@@ -494,9 +489,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     # the fold's row factors: read by Triton programs narrower than the tile and by the Gluon kernel at any width
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block or on_gluon else (moff, moff)
-    if on_gluon and (which != "dq" or fuse):
+    if on_gluon and which != "dq":
         dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile,
-                                          safeguards, sm_scale, dqa if fuse else None)
+                                          safeguards, sm_scale)
     elif which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, vr, vbr, *scalars, BN=bn,
                                            BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,

@@ -52,7 +52,6 @@ BN = 64  # keys per dK/dV program: a warpgroup (wgmma M = 64) per 64 keys
 BM = 32  # queries per sub-tile
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
-FUSED_STAGES = 3  # with dQ fused: 3 × 25 KB + K, V, K's bf16 rows and dSᵀ (the diagonal's dO rows in a stage)
 # The Triton kernels' fast-path launch (`attention_bwd.launch_config`) that the Gluon kernels stand in for
 FAST_BN, FAST_BM = 64, 64
 
@@ -79,10 +78,9 @@ def _unsupported(q, k, v, spec, causal: bool, doc, launch_why: str | None) -> st
 
 def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dK/dV kernel can run this backward under launch `cfg`, else why not."""
-    ours = (cfg.get("pre") and cfg.get("bn") == FAST_BN and cfg.get("sub") == BM
-            and cfg.get("dq") in ("kernel", "atomic"))
+    ours = cfg.get("pre") and cfg.get("bn") == FAST_BN and cfg.get("sub") == BM and cfg.get("dq") == "kernel"
     return _unsupported(q, k, v, spec, causal, doc,
-                        None if ours else "the fast path's launch only (pre, bn = 64, sub = 32)")
+                        None if ours else "the fast path's launch only (pre, bn = 64, sub = 32, dQ by its own kernel)")
 
 
 if HAS_GLUON:
@@ -127,41 +125,21 @@ if HAS_GLUON:
                 _stats_row(st_s, 3, QRY), _stats_row(st_s, 4, QRY))
 
     @gluon.jit
-    def _dst(pt, dpt, sv, linv, delta, sdo):
-        """dSᵀ in fp32, `_kv_tile`'s expression: (p / l)(dP - delta)."""
+    def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
+        """dSᵀ in bf16, `_kv_tile`'s expression: (p / l)(dP - delta), times s_q (dK's partner fold)."""
         dpt = dpt * (sv * sdo[None, :])
-        return (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+        dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+        return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
     def _off_operands(st, dpt, kbs, vbs, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
-        token-block copies: one K and one V scale for the tile): Pᵀ's E4M3 values and dSᵀ·s_q (dK's partner
-        fold), in bf16; and dSᵀ·s_k in bf16 (the fused dQ product's operand, `_kv_tile`'s FUSE_DQ)."""
+        token-block copies: one K and one V scale for the tile): Pᵀ's E4M3 values and dSᵀ, in bf16."""
         qs, m, linv, delta, sdo = _query_stats(st_s, QRY)
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-        dst = _dst(pt, dpt, vbs, linv, delta, sdo)
-        return pq, gl.convert_layout((dst * qs[None, :]).to(gl.bfloat16), A_L), (dst * kbs).to(gl.bfloat16)
-
-    @gluon.jit
-    def _dq_issue(dsq, ds_s, kbf_s, zero_q):
-        """dQᵀ(sub-tile) = K·dSᵀ's transpose, Kᵀ [D, keys] (bf16 K from shared memory read MN-major) times
-        dSᵀ·s_k [keys, queries] through shared memory: issued, not waited for. Every warp's rows of dSᵀ are
-        stored before the warpgroup's product reads them."""
-        ds_s.store(dsq)
-        fence_async_shared()
-        gl.thread_barrier()
-        return warpgroup_mma(kbf_s.permute((1, 0)), ds_s, zero_q, use_acc=False, is_async=True)
-
-    @gluon.jit
-    def _dq_add_rows(DQA, dqt, row0, D: gl.constexpr, BM: gl.constexpr, Q_L: gl.constexpr):
-        """Adds dQᵀ [D, BM] of one sub-tile into the fp32 dQ rows row0.. (relaxed atomics: other key programs
-        add into the same rows)."""
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(1, Q_L))
-        offs_q = gl.arange(0, BM, layout=gl.SliceLayout(0, Q_L))
-        ptrs = DQA + (row0 + offs_q.to(gl.int64))[None, :] * D + offs_d[:, None]
-        gl.atomic_add(ptrs, dqt, sem="relaxed")
+        return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
 
     @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
@@ -187,10 +165,10 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
 
     @gluon.jit
-    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, kbf_desc,
-                           kbbf_desc, KS, KBS, VS, VBS, RD, RB, DK, DV, DQA, qk_scale, sm_scale, S, G, D: gl.constexpr,
-                           BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                           SAFE: gl.constexpr, STATS_ROWS: gl.constexpr, FUSE_DQ: gl.constexpr):
+    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
+                           VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                           BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
+                           STATS_ROWS: gl.constexpr):
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
@@ -198,7 +176,6 @@ if HAS_GLUON:
         KEY: gl.constexpr = gl.SliceLayout(1, S_L)
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
         BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NW, 1], [1, 0])  # the diagonal's dO rows
-        Q_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 16])
 
         pid_n = gl.program_id(0)
         bhk = gl.program_id(1)
@@ -214,26 +191,16 @@ if HAS_GLUON:
         do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
         qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
         dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
-        if FUSE_DQ:  # K's bf16 rows (Kᵀ: the dQ product's A) and dSᵀ·s_k (its B); the diagonal's dO rows go to
-            # the stage's DOB tile, which the diagonal's sub-tiles do not load
-            kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, kbf_desc.block_type.shape, kbf_desc.layout)
-            ds_s = gl.allocate_shared_memory(gl.bfloat16, [BN, BM],
-                                             gl.NVMMASharedLayout.get_default_for([BN, BM], gl.bfloat16))
-            zero_q = gl.zeros([D, BM], gl.float32, Q_L)
-        else:
-            dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
+        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
         descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
         smems = (q_s, do_s, qb_s, dob_s, st_s)
         ready, kv_bar = _init_ring(STAGES)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
-        mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes
-                        + (kbf_desc.block_type.nbytes if FUSE_DQ else 0))
+        mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_bar, k_s)
         tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_bar, v_s)
-        if FUSE_DQ:
-            tma.async_copy_global_to_shared(kbf_desc, [bhk * S + first, 0], kv_bar, kbf_s)
         ks = gl.load(KS + kv_offs)
         vs = gl.load(VS + kv_offs)
         dk = gl.zeros([BN, D], gl.float32, O_L)
@@ -266,34 +233,21 @@ if HAS_GLUON:
                 # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
                 w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
                 do_rows = do_s.index(stage).load(BLK).to(gl.float32)
-                if FUSE_DQ:
-                    dobd = dob_s.index(stage)
-                else:
-                    dobd = dobd_s
-                dobd.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
+                dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
                 fence_async_shared()
                 gl.thread_barrier()
-                dst = _dst(pt, dpt, vs[:, None], linv, delta, sdo)
-                ds = gl.convert_layout((dst * qs[None, :]).to(gl.bfloat16), A_L)
-                dv = warpgroup_mma(pq, dobd, dv, is_async=True)
+                ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
+                dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
                 dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
-                if FUSE_DQ:
-                    dqt = _dq_issue((dst * ks[:, None]).to(gl.bfloat16), ds_s, kbf_s, zero_q)
-                    dv, dk, dqt = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dqt))
-                    _dq_add_rows(DQA, dqt, bh.to(gl.int64) * S + start_m, D, BM, Q_L)
-                else:
-                    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += 1
         # the diagonal's V fold undone (off it, P carries no V scale)
         dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
 
         # off the diagonal: the token-block copies (every product on K and V has retired)
-        mbarrier.expect(kv_bar, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes
-                        + (kbbf_desc.block_type.nbytes if FUSE_DQ else 0))
+        mbarrier.expect(kv_bar, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_bar, k_s)
         tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_bar, v_s)
-        if FUSE_DQ:
-            tma.async_copy_global_to_shared(kbbf_desc, [bhk * S + first, 0], kv_bar, kbf_s)
         kbs = gl.load(KBS + rb)
         vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_bar, 1)
@@ -314,31 +268,20 @@ if HAS_GLUON:
                     nxt = (c + j + 1) % STAGES
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-                    pq, ds, dsq = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                     dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                     dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
                     # everything retires here: an accumulator still in flight across the loop's back edge
                     # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
-                    if FUSE_DQ:
-                        dqt = _dq_issue(dsq, ds_s, kbf_s, zero_q)
-                        st, dpt, dv, dk, dqt = warpgroup_mma_wait(num_outstanding=0,
-                                                                  deps=(st_n, dpt_n, dv, dk, dqt))
-                        _dq_add_rows(DQA, dqt, bh.to(gl.int64) * S + lo + j * BM, D, BM, Q_L)
-                    else:
-                        st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
+                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
                     if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
                         _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                pq, ds, dsq = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                 dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
                 dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
-                if FUSE_DQ:
-                    dqt = _dq_issue(dsq, ds_s, kbf_s, zero_q)
-                    dv, dk, dqt = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dqt))
-                    _dq_add_rows(DQA, dqt, bh.to(gl.int64) * S + lo + j * BM, D, BM, Q_L)
-                else:
-                    dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += n_off
 
         _retire_ring(ready, kv_bar, STAGES)
@@ -477,41 +420,36 @@ def _rows_desc(t, rows: int, dtype):
                                         gl.NVMMASharedLayout.get_default_for([rows, d], dtype))
 
 
-def descriptors(q, k, do, copies, stats):
+def descriptors(q, k, do, qb, dob, vr, vbr, stats):
     """TMA descriptors over 2-D row views ([rows, D]): the query side in [BM, D] sub-tiles (Q8, dO8 and
     the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
     copy's rows, `attention_bwd_copies`); the queries' statistics (`attention_bwd_copies.query_stats`,
-    [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes, unswizzled: each row is read as one vector; K's bf16
-    copies (the fused dQ product's) in [BN, D] tiles."""
-    qb, dob, kbf, kbbf, vr, vbr = copies
+    [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes, unswizzled: each row is read as one vector."""
     f8, bf, desc = gl.float8e4nv, gl.bfloat16, _rows_desc
     plain = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
-            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st,
-            desc(kbf, BN, bf), desc(kbbf, BN, bf))
+            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st)
 
 
 # Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
-def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float, dqa=None):
+def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
     copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); stats: the queries'
     statistics it filled, `attention_bwd_copies.query_stats`; r_diag, r_tile: the fold's row factors,
-    `attention_bwd._fold_rows`). dqa: None, or fp32 zeros [B, Hq, S, D] into which each sub-tile adds its
-    dQ rows (before the sm_scale factor; `attention_bwd`'s dq = "atomic")."""
+    `attention_bwd._fold_rows`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
+    qb, dob, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
-    fuse = dqa is not None
     _dkdv_gluon_kernel[(seq // BN, b * hkv)](
-        *descriptors(q, k, do, copies, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag, r_tile,
-        dk, dv, dqa if fuse else dk, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM,
-        TB=TB, STAGES=FUSED_STAGES if fuse else STAGES, SAFE=safeguards, STATS_ROWS=STATS_ROWS, FUSE_DQ=fuse,
-        num_warps=warps_for(BN),
+        *descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag, r_tile,
+        dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES,
+        SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=warps_for(BN),
     )
     return dk, dv
 

@@ -233,9 +233,8 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(safeguards: bool, fuse_dq: bool = False) -> dict:
-    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch);
-    fuse_dq: with dQ summed in it (dq = "atomic")."""
+def gluon_dkdv_report(safeguards: bool) -> dict:
+    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch)."""
     import torch
 
     _import_kernels()
@@ -243,16 +242,14 @@ def gluon_dkdv_report(safeguards: bool, fuse_dq: bool = False) -> dict:
 
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, seq = _gluon_backward_operands(G)
-    stages = G.FUSED_STAGES if fuse_dq else G.STAGES
-    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=stages, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS,
-                  FUSE_DQ=fuse_dq)
+    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
     stats = torch.empty(1, G.STATS_ROWS, seq)
-    copies = (rows(bf), rows(bf), rows(bf), rows(bf), rows(f8), rows(f8))
-    ptx = _compile_gluon(G._dkdv_gluon_kernel, G.descriptors(q, k, do, copies, stats),
-                         ["*fp32"] * 6 + ["*bf16", "*bf16", "*fp32" if fuse_dq else "*bf16", "fp32", "fp32", "i32",
-                                          "i32"], consts, {"num_warps": G.warps_for(G.BN)})
-    config = f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":atomic" if fuse_dq else "")
-    return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+    ptx = _compile_gluon(G._dkdv_gluon_kernel,
+                         G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
+                         ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts,
+                         {"num_warps": G.warps_for(G.BN)})
+    return {"config": f"{G.warps_for(G.BN)}x{G.STAGES}x{G.BM}:bn{G.BN}:pre:gluon", **ptxas_report(ptx),
+            "mma": mma_kinds(ptx)}
 
 
 def gluon_dq_report(bn: int) -> dict:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at d8ff371 (the fused kernel, reverted since: slower, see docs/benchmarks.md).
 # Session 11: dQ summed in the Gluon dK/dV kernel (dq = "atomic": K·dSᵀ of each sub-tile added into fp32 rows
 # with relaxed atomics, so S and dP are computed once, not again in a dQ kernel). Its test against the Triton
 # kernels first, then per-kernel times at S = 8k interleaved with the two-kernel default.
