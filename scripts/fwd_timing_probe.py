@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--series", action="store_true", help="also print each call's milliseconds in order (graphs)")
     args = ap.parse_args()
     from triton.testing import do_bench
 
@@ -86,6 +87,9 @@ def main() -> None:
                 }
                 for way, ms in ways.items():
                     print(f"round {rnd + 1} {name:6s} {way:20s} {spread(ms)}", flush=True)
+                if args.series:  # drift (clocks, heat) or alternation (allocations) shows in the order
+                    print(f"round {rnd + 1} {name:6s} graph series: "
+                          + " ".join(f"{x:.2f}" for x in ways["graph, flushed"]), flush=True)
 
 
 if __name__ == "__main__":
