@@ -2,8 +2,9 @@
 
 TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
 fwd+bwd), median of triton.testing.do_bench (each implementation timed in --rounds interleaved rounds, the
-median round kept with the rounds' range), for the FLAMIA presets (fp8 is the fast path;
-mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
+median round kept with the rounds' range) or, with --timing alternating, the median of single calls that
+alternate between the implementations (each after an L2 flush, as do_bench's), for the FLAMIA presets
+(fp8 is the fast path; mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
 speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
 optionally the accuracy against exact attention, a launch-config sweep and a time profile.
 Writes <out>/bench_attention.json and <out>/bench_attention.md, prints the table last.
@@ -99,6 +100,44 @@ def interleaved_readings(entries, modes, rounds: int, measure, log=None) -> dict
     return readings
 
 
+def alternating_readings(entries, modes, calls: int, run, stamp, flush=lambda: None, log=None) -> dict:
+    """{(name, mode): [ms of each call]}: per mode, `calls` times every (name, fn, launch) entry once, in an
+    order rotated by one each time, each call after flush() and timed by stamp(thunk) (a reader of its
+    milliseconds, read after all calls: CUDA events on the GPU). Why: the H200 holds its 700 W cap by lowering
+    its SM clock (1980 MHz down to ~1620-1815) for tens of milliseconds at a time, so the back-to-back blocks of
+    do_bench, one implementation after another, each time a different clock; calls that alternate share them
+    (session 11, scripts/fwd_timing_probe.py). An entry whose warm-up call fails reads NaN and sits out."""
+    readings: dict = {}
+    for mode in modes:
+        live = []
+        for name, fn, launch in entries:
+            try:
+                run(fn, launch, mode)
+                live.append((name, fn, launch))
+            except Exception as err:
+                readings[(name, mode)] = [float("nan")]
+                if log is not None:
+                    log(name, mode, err)
+        pending = []
+        for i in range(calls):
+            k = i % max(1, len(live))
+            for name, fn, launch in live[k:] + live[:k]:
+                flush()
+                pending.append(((name, mode), stamp(lambda fn=fn, launch=launch, mode=mode: run(fn, launch, mode))))
+        for key, read in pending:
+            readings.setdefault(key, []).append(read())
+    return readings
+
+
+def cuda_stamp(thunk):
+    """Runs thunk between two CUDA events; returns the reader of their milliseconds."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    thunk()
+    end.record()
+    return lambda: (end.synchronize(), start.elapsed_time(end))[1]
+
+
 def speed_one(args, rows: list, seq: int, dim: int) -> None:
     b, h, s, d = shape_for(seq, dim)
     gen = torch.Generator(device="cuda").manual_seed(seq + dim)
@@ -119,7 +158,29 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
         print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s (round {rnd + 1} of "
               f"{args.rounds})", flush=True)
 
-    readings = interleaved_readings(entries, args.modes, args.rounds, measure, log)
+    if args.timing == "alternating":
+        cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")  # do_bench's L2 flush
+
+        def run(fn, launch, mode: str) -> None:
+            with launch_overrides(launch):
+                if mode == "fwd":
+                    with torch.no_grad():
+                        fn()
+                else:
+                    fn().backward(do)
+
+        def failed(name, mode, err) -> None:
+            print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
+
+        readings: dict = {}
+        for rnd in range(args.rounds):
+            calls = alternating_readings(entries, args.modes, args.calls, run, cuda_stamp, cache.zero_, failed)
+            for (name, mode), ms in calls.items():
+                readings.setdefault((name, mode), []).append(statistics.median(ms))
+                log(name, mode, readings[(name, mode)][-1], rnd)
+        del cache
+    else:
+        readings = interleaved_readings(entries, args.modes, args.rounds, measure, log)
     for (name, mode), runs in readings.items():
         ms = statistics.median(runs)
         emulated = "peer" not in name and AttentionSpec.parse(name.removesuffix(" [launch]")).emulated
@@ -266,8 +327,10 @@ def run_profile(args, rows: list, save) -> None:
 
 
 def markdown(rows: list, meta: dict) -> str:
+    timing = ("single calls alternating between the implementations, each call's median"
+              if meta.get("timing") == "alternating" else "triton.testing.do_bench, each implementation's median")
     out = [f"Command: `{meta['command']}`  ", f"Commit {meta['commit']}, {meta['date']}, {meta['gpu']}, "
-           f"torch {meta['torch']}, triton {meta['triton']}", ""]
+           f"torch {meta['torch']}, triton {meta['triton']}; timing: {timing}", ""]
     speed = [r for r in rows if r["kind"] == "speed"]
     if speed:
         cudnn = {(r["S"], r["D"], r["mode"]): r["tflops"] for r in speed if r["name"].startswith("cudnn")}
@@ -315,6 +378,11 @@ def main() -> None:
     ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
     ap.add_argument("--rounds", type=int, default=3,
                     help="time every implementation this many times, round after round; rows keep the median")
+    ap.add_argument("--timing", choices=("do_bench", "alternating"), default="do_bench",
+                    help="do_bench: each implementation's block of calls in turn; alternating: single calls that "
+                         "alternate between the implementations (--calls each a round), so that they share the "
+                         "GPU's clocks")
+    ap.add_argument("--calls", type=int, default=50, help="--timing alternating: calls of each implementation a round")
     ap.add_argument("--emulated-seqs", type=ints, default=[8192],
                     help="sequence lengths at which the emulated presets are timed (they are slow)")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
@@ -330,11 +398,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: allowed 1 or more")
+    if args.calls < 1:
+        ap.error(f"--calls {args.calls}: allowed 1 or more")
     rows: list = []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     import triton
 
-    meta = dict(command="python " + " ".join(sys.argv), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    meta = dict(command="python " + " ".join(sys.argv), timing=args.timing,
+                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 commit=commit_label(Path(__file__).resolve().parents[1]),
                 gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 torch=torch.__version__, triton=triton.__version__)
