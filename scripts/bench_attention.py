@@ -1,9 +1,9 @@
 """Benchmark FLAMIA attention against SDPA (cuDNN, flash) and FlexAttention on one GPU.
 
 TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
-fwd+bwd), median of triton.testing.do_bench (each implementation timed in --rounds interleaved rounds, the
-median round kept with the rounds' range) or, with --timing alternating, the median of single calls that
-alternate between the implementations (each after an L2 flush, as do_bench's), for the FLAMIA presets
+fwd+bwd): by default the median of single calls that alternate between the implementations (each after an
+L2 flush, as do_bench's), in --rounds rounds, the median round kept with the rounds' range; with --timing
+do_bench, triton.testing.do_bench's median of each implementation's own block of calls, for the FLAMIA presets
 (fp8 is the fast path; mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
 speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
 optionally the accuracy against exact attention, a launch-config sweep and a time profile.
@@ -378,11 +378,11 @@ def main() -> None:
     ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
     ap.add_argument("--rounds", type=int, default=3,
                     help="time every implementation this many times, round after round; rows keep the median")
-    ap.add_argument("--timing", choices=("do_bench", "alternating"), default="do_bench",
-                    help="do_bench: each implementation's block of calls in turn; alternating: single calls that "
-                         "alternate between the implementations (--calls each a round), so that they share the "
-                         "GPU's clocks")
-    ap.add_argument("--calls", type=int, default=50, help="--timing alternating: calls of each implementation a round")
+    ap.add_argument("--timing", choices=("alternating", "do_bench"), default="alternating",
+                    help="alternating (default): single calls that alternate between the implementations (--calls "
+                         "each a round), so that they share the GPU's clocks, which its power cap moves; do_bench: "
+                         "each implementation's block of calls in turn")
+    ap.add_argument("--calls", type=int, default=40, help="--timing alternating: calls of each implementation a round")
     ap.add_argument("--emulated-seqs", type=ints, default=[8192],
                     help="sequence lengths at which the emulated presets are timed (they are slow)")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
