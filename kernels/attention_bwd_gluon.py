@@ -48,7 +48,9 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-BN = 64  # keys per dK/dV program: a warpgroup (wgmma M = 64) per 64 keys
+# keys per dK/dV program: a warpgroup (wgmma M = 64) per 64 keys. 128 (two warpgroups sharing each query sub-tile,
+# half the L2 reads) ran slower on the H200: 5.36-5.41 ms against 4.40-4.49 at S = 8k (session11_wide.sh)
+BN = 64
 BM = 32  # queries per sub-tile
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
@@ -454,7 +456,9 @@ def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale:
     return dk, dv
 
 
-DQ_BM = 64  # query rows per dQ program: a warpgroup (wgmma M = 64) per 64 rows
+# query rows per dQ program: a warpgroup (wgmma M = 64) per 64 rows; 128 gained nothing (2.22-2.25 ms against
+# 2.16-2.22 at S = 8k, session11_wide.sh)
+DQ_BM = 64
 # Per key sub-tile (launch option gluon_dq): ring stages and registers. 32 keys: four programs per SM (65536
 # registers / (4 × 128 threads) = 128, 60 B of spills, 3 local loads a sub-tile; shared memory 4 × (Q's and dO's
 # 8 KB each + 2 stages × 16 KB) = 192 KB): 2157-2169 µs against 2253-2294 at three per SM (168 registers, 3

@@ -45,7 +45,10 @@ if HAS_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BLOCK = 128  # key tile = token block = head dim of the fast path
-BM = 64  # query rows per program: one warpgroup's wgmma M, two programs per SM
+# query rows per program: a warpgroup (wgmma M = 64) per 64 rows. 128 fits one program per SM at the chained
+# variant's 168 registers (two at 128 would spill 1,648 B) and ran 2.16-2.19 ms against 1.50-1.55 at S = 8k
+# (session11_wide.sh)
+BM = 64
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
 CHAIN_STAGES = 2
