@@ -51,7 +51,7 @@ BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
-CHAIN_STAGES = 2
+CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
 
