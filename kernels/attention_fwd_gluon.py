@@ -51,6 +51,8 @@ BLOCK = 128  # key tile = token block = head dim of the fast path
 BM = 64
 STAGES = 3  # K / Vᵀ tiles in flight: 3 × 32 KB + Q's 8 KB, two programs fit in 227 KB
 PIPE = 3  # the default: one chained accumulator, three programs per SM (module docstring)
+# O and its fp8 copy written through shared memory by TMA (one copy each) instead of each thread's scattered stores
+TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 
@@ -188,10 +190,10 @@ if HAS_GLUON:
         return scale
 
     @gluon.jit
-    def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, QRAW, QS, KS, KBS, VS, VBS, O, O8, OS, LSE2,
-                          MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+    def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
+                          O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -357,19 +359,37 @@ if HAS_GLUON:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
 
         o = (acc / l_i[:, None]).to(gl.bfloat16)
-        offs_d = gl.arange(0, D, layout=COL)
-        rows = (bh.to(gl.int64) * S + offs_m.to(gl.int64))[:, None] * D + offs_d[None, :]
-        gl.store(O + rows, o)
         lse2 = (m_i - 8.0) + gl.log2(l_i)  # l carries P's ×256, as in the Triton kernel
         gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
         gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
-        if SAVE_O8:
-            v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
-            gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
-            if finite:  # the stores inside the branches: joining the bytes would unpack them (`_e4m3_bytes`)
-                gl.store(O8 + rows, v.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
-            else:
-                gl.store(O8 + rows, _e4m3_bytes(v))
+        if TMA_OUT:  # O (and O8) through shared memory and one TMA store each: every product has retired, so the
+            # ring's first K stage (16 KB) holds O's bf16 rows and Q's tile (8 KB) O's bytes
+            o_smem = k_smem.index(0)._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)
+            o_smem.store(o)
+            if SAVE_O8:
+                v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
+                gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
+                if finite:
+                    q_smem.store(v.to(gl.float8e4nv))
+                else:
+                    q_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+            fence_async_shared()  # the generic-proxy stores, seen by the TMA (async proxy)
+            gl.thread_barrier()  # every warp's rows are in before one thread issues the copies
+            tma.async_copy_shared_to_global(o_desc, [bh * S + first, 0], o_smem)
+            if SAVE_O8:
+                tma.async_copy_shared_to_global(o8_desc, [bh * S + first, 0], q_smem)
+            tma.store_wait(0)
+        else:
+            offs_d = gl.arange(0, D, layout=COL)
+            rows = (bh.to(gl.int64) * S + offs_m.to(gl.int64))[:, None] * D + offs_d[None, :]
+            gl.store(O + rows, o)
+            if SAVE_O8:
+                v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
+                gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
+                if finite:  # the stores inside the branches: joining the bytes would unpack them (`_e4m3_bytes`)
+                    gl.store(O8 + rows, v.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
+                else:
+                    gl.store(O8 + rows, _e4m3_bytes(v))
 
 
 def _registers(pipe: int) -> dict:
@@ -397,6 +417,17 @@ def descriptors(q, k, v):
             rows(k.vals, [BLOCK, d]), cols(v.vals_t))
 
 
+def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tensor):
+    """TMA descriptors of the outputs (TMA_OUT): O bf16 [B·Hq·S, D] and O's fp8 bytes in [BM, D] tiles; without
+    O8, Q's bytes stand in (a descriptor of the kernel's type, never written)."""
+    d = o.shape[-1]
+    o_desc = TensorDescriptor.from_tensor(o.reshape(-1, d), [BM, d],
+                                          gl.NVMMASharedLayout.get_default_for([BM, d], gl.bfloat16))
+    o8_desc = TensorDescriptor.from_tensor((q_vals if o8 is None else o8).reshape(-1, d), [BM, d],
+                                           _fp8_layout([BM, d]))
+    return o_desc, o8_desc
+
+
 # Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
@@ -421,9 +452,11 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
     _fwd_gluon_kernel[(seq // BM, b * hq)](
-        *descriptors(q, k, v), q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
+        *descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
+        q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
         BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
+        TMA_OUT=TMA_OUT,
         num_warps=BM // 16, **_registers(pipe),
     )
     if not save_o8:
