@@ -21,7 +21,8 @@ Scope (`eligible`): CUDA sm_90 exactly, fp8 `qk` and `pv`, D = 128, the token-bl
 QKᵀ. Everything else runs the Triton kernel. With `q_raw` (the fast path's default, safeguards on)
 each program quantizes its own 64 Q rows per token while the first K / Vᵀ tiles are in flight, puts
 the bytes in shared memory for its QKᵀ products and stores them with their scales for the backward:
-Q is read once in bf16 instead of read by a pre-pass, written in fp8 and read again. Gluon has no
+Q is read once in bf16 instead of read by a pre-pass, written in fp8 and read again. At the end each program
+writes O (and O's fp8 copy) through shared memory by one TMA store each (`TMA_OUT`). Gluon has no
 interpreter, so on the CPU this module is compiled for sm_90 only (tests/test_kernel_registers.py);
 the GPU tests compare it with the Triton kernel.
 """
