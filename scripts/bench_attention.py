@@ -70,14 +70,24 @@ def peer_fn(name: str, q, k, v):
     return lambda: flex(q, k, v, block_mask=mask)
 
 
+def one_call(fwd, do, mode: str) -> None:
+    """One call of what the table times: the forward under no_grad ("fwd"), or forward and backward."""
+    if mode == "fwd":
+        with torch.no_grad():
+            fwd()
+    else:
+        fwd().backward(do)
+
+
 def timed(fwd, q, k, v, do, mode: str) -> float:
     if mode == "fwd":
         with torch.no_grad():
             return bench(fwd)
+    return bench(lambda: one_call(fwd, do, mode))
 
-    def step():
-        fwd().backward(do)
-    return bench(step)
+
+def report_failure(name: str, mode: str, err: Exception) -> None:
+    print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
 
 
 def interleaved_readings(entries, modes, rounds: int, measure, log=None) -> dict:
@@ -93,20 +103,21 @@ def interleaved_readings(entries, modes, rounds: int, measure, log=None) -> dict
                     ms = measure(fn, launch, mode)
                 except Exception as err:
                     ms = float("nan")
-                    print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
+                    report_failure(name, mode, err)
                 readings.setdefault((name, mode), []).append(ms)
                 if log is not None:
                     log(name, mode, ms, rnd)
     return readings
 
 
-def alternating_readings(entries, modes, calls: int, run, stamp, flush=lambda: None, log=None) -> dict:
+def alternating_readings(entries, modes, calls: int, run, stamp, flush=lambda: None, log=report_failure) -> dict:
     """{(name, mode): [ms of each call]}: per mode, `calls` times every (name, fn, launch) entry once, in an
     order rotated by one each time, each call after flush() and timed by stamp(thunk) (a reader of its
     milliseconds, read after all calls: CUDA events on the GPU). Why: the H200 holds its 700 W cap by lowering
-    its SM clock (1980 MHz down to ~1620-1815) for tens of milliseconds at a time, so the back-to-back blocks of
-    do_bench, one implementation after another, each time a different clock; calls that alternate share them
-    (session 11, scripts/fwd_timing_probe.py). An entry whose warm-up call fails reads NaN and sits out."""
+    its SM clock (1980 MHz down to a median of 1755, 1410-1965) for tens of milliseconds at a time, so the
+    back-to-back blocks of do_bench, one implementation after another, each time a different clock; calls that
+    alternate share them (session 11, scripts/fwd_timing_probe.py). An entry whose warm-up call fails reads NaN
+    and sits out (log: how its failure is reported)."""
     readings: dict = {}
     for mode in modes:
         live = []
@@ -116,8 +127,7 @@ def alternating_readings(entries, modes, calls: int, run, stamp, flush=lambda: N
                 live.append((name, fn, launch))
             except Exception as err:
                 readings[(name, mode)] = [float("nan")]
-                if log is not None:
-                    log(name, mode, err)
+                log(name, mode, err)
         pending = []
         for i in range(calls):
             k = i % max(1, len(live))
@@ -163,18 +173,11 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
 
         def run(fn, launch, mode: str) -> None:
             with launch_overrides(launch):
-                if mode == "fwd":
-                    with torch.no_grad():
-                        fn()
-                else:
-                    fn().backward(do)
-
-        def failed(name, mode, err) -> None:
-            print(f"  {name} {mode} failed: {err!s:.200}", flush=True)
+                one_call(fn, do, mode)
 
         readings: dict = {}
         for rnd in range(args.rounds):
-            calls = alternating_readings(entries, args.modes, args.calls, run, cuda_stamp, cache.zero_, failed)
+            calls = alternating_readings(entries, args.modes, args.calls, run, cuda_stamp, cache.zero_)
             for (name, mode), ms in calls.items():
                 readings.setdefault((name, mode), []).append(statistics.median(ms))
                 log(name, mode, readings[(name, mode)][-1], rnd)

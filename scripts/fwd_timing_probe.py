@@ -15,7 +15,7 @@ import argparse
 import statistics
 
 import torch
-from bench_attention import peer_fn, shape_for
+from bench_attention import cuda_stamp, peer_fn, shape_for
 from flamia_kernels import flamia_attention
 
 
@@ -29,19 +29,14 @@ def spread(ms: list[float]) -> str:
 def events_loop(fn, n: int, flush=None, hold: bool = False) -> list[float]:
     """Milliseconds of each of n calls between two CUDA events; flush: run before each call (outside the
     events); hold: the host waits for the flush before it records the start event and calls fn."""
-    out = []
+    readers = []
     for _ in range(n):
         if flush is not None:
             flush()
             if hold:
                 torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        out.append((start, end))
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in out]
+        readers.append(cuda_stamp(fn))
+    return [read() for read in readers]
 
 
 def graphed(fn):
