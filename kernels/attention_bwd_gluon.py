@@ -88,20 +88,20 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 if HAS_GLUON:
 
     @gluon.jit
-    def _ring(STAGES: gl.constexpr):
-        """STAGES mbarriers in an allocation of their own, initialised. One ring per TMA operand: Triton 3.6's
-        shared-memory barrier pass (membar) orders every two operations on one allocation with a CTA barrier,
-        and an expect and each copy on a barrier all write it, so five copies on one barrier cost five
-        `bar.sync` a sub-tile; with a barrier per operand, issued as every expect then every copy, one."""
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    def _init_ring(STAGES: gl.constexpr):
+        """Both kernels' mbarriers, initialised: one per ring stage, and one for the operands loaded once."""
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        once = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        return bars
+            mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(once, count=1)
+        return ready, once
 
     @gluon.jit
-    def _retire(bars, STAGES: gl.constexpr):
+    def _retire_ring(ready, once, STAGES: gl.constexpr):
         for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
+            mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(once)
 
     @gluon.jit
     def _fresh_products(a0, b0, a1, b1, zero):
@@ -147,31 +147,24 @@ if HAS_GLUON:
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
-        the Q8, dO8, QB, the queries' statistics and (WITH_DOB) DOB tiles, each on its own ring (`_ring`);
-        without DOB its ring's phase still turns (an expect of no bytes), so every ring's phase follows c + j."""
-        q_desc, do_desc, qb_desc, st_desc, dob_desc = descs
-        q_s, do_s, qb_s, st_s, dob_s = smems
+        the Q8, dO8, QB, the queries' statistics and (WITH_DOB) DOB tiles."""
+        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
+        q_s, do_s, qb_s, dob_s, st_s = smems
         stage = (c + j) % STAGES
+        bar = ready.index(stage)
         row = bh * S + lo + j * BM
+        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
+                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
         # the stage's statistics were read with plain shared-memory loads (generic proxy): order those reads
         # before the TMA (async proxy) overwrites them
         fence_async_shared()
-        for i in gl.static_range(4):
-            mbarrier.expect(ready[i].index(stage), descs[i].block_type.nbytes)
-        mbarrier.expect(ready[4].index(stage), dob_desc.block_type.nbytes if WITH_DOB else 0)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], ready[0].index(stage), q_s.index(stage))
-        tma.async_copy_global_to_shared(do_desc, [row, 0], ready[1].index(stage), do_s.index(stage))
-        tma.async_copy_global_to_shared(qb_desc, [row, 0], ready[2].index(stage), qb_s.index(stage))
-        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], ready[3].index(stage),
-                                        st_s.index(stage))
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
+        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
         if WITH_DOB:
-            tma.async_copy_global_to_shared(dob_desc, [row, 0], ready[4].index(stage), dob_s.index(stage))
-
-    @gluon.jit
-    def _wait_sub_tile(ready, c, STAGES: gl.constexpr):
-        """Wait for the query sub-tile of ring position c: its five rings' barriers of stage c % STAGES."""
-        for i in gl.static_range(5):
-            mbarrier.wait(ready[i].index(c % STAGES), (c // STAGES) & 1)
+            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
@@ -202,10 +195,9 @@ if HAS_GLUON:
         dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
         dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
-        descs = (q_desc, do_desc, qb_desc, st_desc, dob_desc)
-        smems = (q_s, do_s, qb_s, st_s, dob_s)
-        ready = (_ring(STAGES), _ring(STAGES), _ring(STAGES), _ring(STAGES), _ring(STAGES))  # in descs' order
-        kv_bar = _ring(1).index(0)
+        descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
+        smems = (q_s, do_s, qb_s, dob_s, st_s)
+        ready, kv_bar = _init_ring(STAGES)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
         mbarrier.expect(kv_bar, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
@@ -230,7 +222,7 @@ if HAS_GLUON:
                     r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
-                _wait_sub_tile(ready, c, STAGES)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
                 st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
@@ -270,13 +262,13 @@ if HAS_GLUON:
                     if i < n_off:
                         _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 stage = c % STAGES
-                _wait_sub_tile(ready, c, STAGES)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
                 st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
                 for j in range(0, n_off - 1):
                     stage = (c + j) % STAGES
                     nxt = (c + j + 1) % STAGES
-                    _wait_sub_tile(ready, c + j + 1, STAGES)
+                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
                     pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
                     dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
@@ -294,9 +286,7 @@ if HAS_GLUON:
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += n_off
 
-        for ring in gl.static_range(5):
-            _retire(ready[ring], STAGES)
-        mbarrier.invalidate(kv_bar)
+        _retire_ring(ready, kv_bar, STAGES)
         offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
         rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
@@ -310,35 +300,30 @@ if HAS_GLUON:
         V's rows and K's bf16 copy, the token-block copies' off the diagonal (j < n_off)."""
         k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc = descs
         k_s, v_s, kbf_s = smems
-        ready_k, ready_v, ready_kbf = ready
         stage = j % STAGES
-        # a barrier per operand: every expect first, then the copies (see `_rings`)
-        mbarrier.expect(ready_k.index(stage), k_desc.block_type.nbytes)
-        mbarrier.expect(ready_v.index(stage), vr_desc.block_type.nbytes)
-        mbarrier.expect(ready_kbf.index(stage), kbf_desc.block_type.nbytes)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kbf_desc.block_type.nbytes)
         row = kv_row + j * BN
         if j < n_off:
-            tma.async_copy_global_to_shared(kb_desc, [row, 0], ready_k.index(stage), k_s.index(stage))
-            tma.async_copy_global_to_shared(vbr_desc, [row, 0], ready_v.index(stage), v_s.index(stage))
-            tma.async_copy_global_to_shared(kbbf_desc, [row, 0], ready_kbf.index(stage), kbf_s.index(stage))
+            tma.async_copy_global_to_shared(kb_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vbr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbbf_desc, [row, 0], bar, kbf_s.index(stage))
         else:
-            tma.async_copy_global_to_shared(k_desc, [row, 0], ready_k.index(stage), k_s.index(stage))
-            tma.async_copy_global_to_shared(vr_desc, [row, 0], ready_v.index(stage), v_s.index(stage))
-            tma.async_copy_global_to_shared(kbf_desc, [row, 0], ready_kbf.index(stage), kbf_s.index(stage))
+            tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_s.index(stage))
+            tma.async_copy_global_to_shared(vr_desc, [row, 0], bar, v_s.index(stage))
+            tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
 
     @gluon.jit
     def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
         """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for."""
         stage = j % STAGES
-        mbarrier.wait(ready[0].index(stage), (j // STAGES) & 1)
-        mbarrier.wait(ready[1].index(stage), (j // STAGES) & 1)
+        mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
         s, dp = _fresh_products(q_s, k_s.index(stage), do_s, v_s.index(stage), zero)
         return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
 
     @gluon.jit
     def _dq_add(dq, y, j, n_off, n_all, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
         """dQ += y·K (bf16 K of sub-tile j's stage), waited for; then the stage, free, takes sub-tile j + STAGES."""
-        mbarrier.wait(ready[2].index(j % STAGES), (j // STAGES) & 1)
         dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
         if j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
@@ -375,14 +360,13 @@ if HAS_GLUON:
         k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
         v_s = gl.allocate_shared_memory(vr_desc.dtype, [STAGES, BN, D], vr_desc.layout)
         kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, BN, D], kbf_desc.layout)
-        ready = (_ring(STAGES), _ring(STAGES), _ring(STAGES))  # K8, V's rows, bf16 K
-        q_bar = _ring(1)
+        ready, q_bar = _init_ring(STAGES)
         descs = (k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc)
         smems = (k_s, v_s, kbf_s)
 
-        mbarrier.expect(q_bar.index(0), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar.index(0), q_s)
-        tma.async_copy_global_to_shared(do_desc, [bh * S + first, 0], q_bar.index(0), do_s)
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_s)
+        tma.async_copy_global_to_shared(do_desc, [bh * S + first, 0], q_bar, do_s)
         for i in gl.static_range(STAGES):
             if i < n_all:
                 _issue_key_sub_tile(i, n_off, bhk * S, descs, smems, ready, STAGES, BN)
@@ -396,7 +380,7 @@ if HAS_GLUON:
         sdo = gl.load(DOS + rows)
         dq = gl.zeros([BM, D], gl.float32, O_L)
         zero = gl.zeros([BM, BN], gl.float32, S_L)
-        mbarrier.wait(q_bar.index(0), 0)
+        mbarrier.wait(q_bar, 0)
 
         # off the diagonal: the token-block copies, one K and one V scale per tile (loaded before the
         # products are issued, so their latency hides behind them)
@@ -424,9 +408,7 @@ if HAS_GLUON:
             y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
             dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
 
-        for ring in gl.static_range(3):
-            _retire(ready[ring], STAGES)
-        _retire(q_bar, 1)
+        _retire_ring(ready, q_bar, STAGES)
         offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
         out = (bh.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]

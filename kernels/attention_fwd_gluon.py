@@ -99,35 +99,16 @@ if HAS_GLUON:
     def _issue_tile(t, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
                     STAGES: gl.constexpr, BLOCK: gl.constexpr):
         """TMA of key tile t into stage t % STAGES: the token-block copies off the diagonal (t < n_off),
-        the per-token bytes for the diagonal tile (t == n_off). K and Vᵀ have a barrier ring each, both expects
-        come before the copies: Triton 3.6's shared-memory barrier pass orders every two operations on one
-        barrier allocation with a CTA barrier (an expect and a copy both write it), so one ring for both cost
-        a `bar.sync` before each copy; with a ring each, one before the pair (`attention_bwd_gluon._ring`)."""
+        the per-token bytes for the diagonal tile (t == n_off)."""
         stage = t % STAGES
-        kbar = ready[0].index(stage)
-        vbar = ready[1].index(stage)
-        mbarrier.expect(kbar, kb_desc.block_type.nbytes)
-        mbarrier.expect(vbar, vbt_desc.block_type.nbytes)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
         if t < n_off:
-            tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], kbar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], vbar, v_smem.index(stage))
+            tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
         else:
-            tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], kbar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], vbar, v_smem.index(stage))
-
-    @gluon.jit
-    def _wait_tile(ready, stage, phase):
-        """Wait for K's and Vᵀ's tile of a ring stage (`_issue_tile`)."""
-        mbarrier.wait(ready[0].index(stage), phase)
-        mbarrier.wait(ready[1].index(stage), phase)
-
-    @gluon.jit
-    def _ring(STAGES: gl.constexpr):
-        """STAGES mbarriers in an allocation of their own, initialised."""
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        return bars
+            tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
+            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
 
     @gluon.jit
     def _row_max(s):
@@ -235,8 +216,10 @@ if HAS_GLUON:
         q_smem = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
         k_smem = gl.allocate_shared_memory(kb_desc.dtype, [STAGES, BLOCK, D], kb_desc.layout)
         v_smem = gl.allocate_shared_memory(vbt_desc.dtype, [STAGES, D, BLOCK], vbt_desc.layout)
-        ready = (_ring(STAGES), _ring(STAGES))  # K's tiles, Vᵀ's
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
 
         if not FUSE_Q:
@@ -272,7 +255,7 @@ if HAS_GLUON:
                 vsb = vsb_next
                 kbs_next = gl.load(KBS + kvb_off + t + 1)  # t + 1 <= n_off: the diagonal block at most
                 vsb_next = gl.load(VBS + kvb_off + t + 1)
-                _wait_tile(ready, stage, (t // STAGES) & 1)
+                mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
@@ -285,17 +268,17 @@ if HAS_GLUON:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
                                 v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES
-            _wait_tile(ready, stage, (n_off // STAGES) & 1)
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
-            _wait_tile(ready, 0, 0)
+            mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
             for t in range(0, n_off):
                 stage = t % STAGES
                 nxt = (t + 1) % STAGES
-                _wait_tile(ready, nxt, ((t + 1) // STAGES) & 1)
+                mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
                 s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
                 vsb = gl.load(VBS + kvb_off + t)
@@ -310,7 +293,7 @@ if HAS_GLUON:
             stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
         else:
             if n_off > 0:  # tile 0's scores and softmax; its P·V is issued with tile 1's scores
-                _wait_tile(ready, 0, 0)
+                mbarrier.wait(ready.index(0), 0)
                 s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha_prev = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
@@ -318,7 +301,7 @@ if HAS_GLUON:
                 for t in range(1, n_off):
                     stage = t % STAGES
                     prev = (t - 1) % STAGES
-                    _wait_tile(ready, stage, (t // STAGES) & 1)
+                    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                     # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by the loop is
                     # unpacked to a byte per register and repacked at its use (+224 SASS instructions a tile)
                     p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
@@ -349,7 +332,7 @@ if HAS_GLUON:
                 acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
                 cv = vsb_prev
             stage = n_off % STAGES
-            _wait_tile(ready, stage, (n_off // STAGES) & 1)
+            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         acc = acc * cv  # true units for the per-token diagonal product
@@ -378,8 +361,7 @@ if HAS_GLUON:
         acc = acc * alpha[:, None] + pv * r[:, None]
 
         for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready[0].index(i))
-            mbarrier.invalidate(ready[1].index(i))
+            mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(q_bar)
         if FUSE_Q:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
