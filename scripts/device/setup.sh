@@ -2,7 +2,10 @@
 #   source scripts/device/setup.sh
 # The wheels (hydra-core, omegaconf, antlr4, datasets, dill, multiprocess) travel in .whl/ (ignored);
 # the image already has torch, triton, sentencepiece, safetensors, pyarrow.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# (kernel-only calls carry no wheels: the attention tests and benchmarks need none of them)
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
 mkdir -p /tmp/pkgs && ln -sfn "$PWD/kernels" /tmp/pkgs/flamia_kernels
 export PYTHONPATH=/tmp/site:/tmp/pkgs:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
