@@ -114,3 +114,18 @@ def test_gluon_backward_kernels_compile_at_128_rows():
     assert len(dq) == 1 and "8x2x32:bm128:pre:gluondq32" in dq[0], out.stdout
     assert 0 < int(dkdv[0].split()[-3]) <= 255 and 0 < int(dq[0].split()[-3]) <= 128, (dkdv, dq)
     assert "serialized" not in out.stdout, out.stdout
+
+
+def test_ws_forward_probe_fits_fa3_schedule_on_sm90():
+    """scripts/ws_forward_probe.py: FA3's forward loop shape (a one-warp TMA producer lowered to 24 registers, two
+    consumer warpgroups at 240 with S(t + 1) in flight during the softmax of t) compiles for sm_90 in this Triton's
+    Gluon with nothing spilled and no wgmma serialized — the registers the next forward kernel is planned around."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "scripts/ws_forward_probe.py"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = dict(line.split(None, 1) for line in out.stdout.splitlines() if line.strip())
+    assert report["spill_stores"] == "0" and report["spill_loads"] == "0", out.stdout
+    assert report["serialized"] == "False", out.stdout
+    assert "'dec 24'" in report["setmaxnreg"] and "'inc 240'" in report["setmaxnreg"], out.stdout
+    assert report["wgmma"] == "24", out.stdout  # 2 consumers × (S(0), S(t + 1), P·V(t)) × 4 k-steps of 32
