@@ -178,8 +178,14 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
 
 
 def _compile_gluon(kernel, descs, kinds: list, consts: dict, options: dict) -> str:
-    """PTX of a Gluon kernel compiled for sm_90: its TMA descriptors (built on empty CPU tensors) typed
-    by `mangle_type`, the other arguments by `kinds`, with the JIT's divisibility hints."""
+    """PTX of a Gluon kernel compiled for sm_90 (`compile_gluon`)."""
+    return compile_gluon(kernel, descs, kinds, consts, options).asm["ptx"]
+
+
+def compile_gluon(kernel, descs, kinds: list, consts: dict, options: dict):
+    """A Gluon kernel compiled for sm_90 (Triton's compiled kernel: .asm, .metadata): its TMA descriptors (built
+    on empty CPU tensors) typed by `mangle_type`, the other arguments by `kinds`, with the JIT's divisibility
+    hints."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -189,9 +195,8 @@ def _compile_gluon(kernel, descs, kinds: list, consts: dict, options: dict) -> s
     kinds = [mangle_type(x) for x in descs] + kinds
     sig = {**dict(zip(names[:len(kinds)], kinds, strict=True)), **{k: "constexpr" for k in consts}}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n == "S"}
-    compiled = triton.compile(GluonASTSource(kernel, sig, constexprs=consts, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options=options)
-    return compiled.asm["ptx"]
+    return triton.compile(GluonASTSource(kernel, sig, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:

@@ -22,7 +22,7 @@ import re
 
 os.environ.pop("TRITON_INTERPRET", None)  # Gluon compiles for a GPU target only; before triton is imported
 
-from kernel_registers import ptxas_report  # noqa: E402  (scripts/ is this script's first sys.path entry)
+from kernel_registers import compile_gluon, ptxas_report  # noqa: E402  (scripts/ is this script's first sys.path entry)
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
@@ -103,23 +103,15 @@ def probe(q_desc, k_desc, vt_desc, OUT, n, STAGES: gl.constexpr, BM: gl.constexp
 def compile_probe(consumer_regs: int = 240, producer_regs: int = 24) -> dict:
     """ptxas's report of the probe for sm_90a, with the `setmaxnreg` values of its PTX and its wgmma count."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.jit import mangle_type
 
     f8 = torch.float8_e4m3fn
     desc = lambda t, box: TensorDescriptor.from_tensor(  # noqa: E731
         t, box, gl.NVMMASharedLayout.get_default_for(box, gl.float8e4nv))
-    descs = {"q_desc": desc(torch.empty(BM, D, dtype=f8), [BM, D]),
-             "k_desc": desc(torch.empty(4 * BN, D, dtype=f8), [BN, D]),
-             "vt_desc": desc(torch.empty(D, 4 * BN, dtype=f8), [D, BN])}
+    descs = [desc(torch.empty(BM, D, dtype=f8), [BM, D]), desc(torch.empty(4 * BN, D, dtype=f8), [BN, D]),
+             desc(torch.empty(D, 4 * BN, dtype=f8), [D, BN])]  # Q, K, Vᵀ
     consts = dict(STAGES=STAGES, BM=BM, BN=BN, D=D, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs)
-    sig = {**{k: mangle_type(v) for k, v in descs.items()}, "OUT": "*fp32", "n": "i32",
-           **{k: "constexpr" for k in consts}}
-    compiled = triton.compile(GluonASTSource(probe, sig, constexprs=consts, attrs={(3,): [["tt.divisibility", 16]]}),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    compiled = compile_gluon(probe, descs, ["*fp32", "i32"], consts, {"num_warps": 4})
     ptx = compiled.asm["ptx"]
     # every partition's register moves, in PTX order (the producer's `dec` to PRODUCER_REGS among them)
     moves = [f"{op} {n}" for op, n in re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)]
