@@ -5,12 +5,7 @@
 #   git archive ab68321 kernels | tar -x -C .gpu/base; bash scripts/device/session13_prefetch.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
-BASE=$(base_kernels)
 TAIL=6 phase tests_fwd 220 $GPU_TESTS tests/test_attention_gpu.py -k "gluon_forward or gluon_fused_q"
 TAIL=4 phase tests_causal 90 $GPU_TESTS tests/test_causal_safety.py -k gluon
-for round in 1 2; do
-  TAIL=1 phase "gaps_base_$round" 60 env PYTHONPATH="$BASE" python3 scripts/launch_gaps.py --seq 8192
-  TAIL=1 phase "gaps_new_$round" 60 python3 scripts/launch_gaps.py --seq 8192
-done
-for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep "_fwd_gluon\|per call" "$f"; done
+gaps_vs_base 2 "_fwd_gluon\|per call"
 tar -czf "$OUT/results.tar.gz" -C /tmp results

@@ -27,6 +27,18 @@ base_kernels() {
   mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
   echo "/tmp/site:/tmp/basepkgs:$PWD"
 }
+# gaps_vs_base ROUNDS PATTERN: scripts/launch_gaps.py at S = 8k, .gpu/base's kernels and this tree's in turn for
+# ROUNDS rounds (logs gaps_base_N, gaps_new_N), then each log's lines matching PATTERN (grep) — an A/B of kernel
+# times in one call, where a drift of the machine touches both sides alike.
+gaps_vs_base() {
+  local rounds=$1 pattern=$2 base round f
+  base=$(base_kernels)
+  for round in $(seq 1 "$rounds"); do
+    TAIL=1 phase "gaps_base_$round" 60 env PYTHONPATH="$base" python3 scripts/launch_gaps.py --seq 8192
+    TAIL=1 phase "gaps_new_$round" 60 python3 scripts/launch_gaps.py --seq 8192
+  done
+  for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep "$pattern" "$f"; done
+}
 # GPU_TESTS: pytest on the GPU tier (-m gpu), printing the tests' figures; GPU_TESTS_ARGS without the
 # interpreter, for a wrapper (scripts/device/with_constants.py ... -- $GPU_TESTS_ARGS tests/...)
 GPU_TESTS_ARGS="-m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
