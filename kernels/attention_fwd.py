@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from . import attention_fwd_gluon
+from . import attention_fwd_gluon, attention_fwd_ws
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
@@ -325,7 +325,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
     config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), "gluon"
     (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and "gluon_stages",
-    by default its chained variant; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
+    by default its chained variant; pipe 4 the warp-specialized kernel of `attention_fwd_ws`, with "pingpong"; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
     (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
     registers and lets two programs share an SM, one's softmax running beside the other's products;
     every row's arithmetic is the same, only the programs' row blocking changes).
@@ -364,7 +364,11 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
+    pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
+        if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
+            return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
+                                            q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
                                            q_raw=q_in if q_raw is not None else None)
     bm = config.pop("bm", block)

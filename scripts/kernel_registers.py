@@ -205,6 +205,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
 
     _import_kernels()
     from flamia_kernels import attention_fwd_gluon as G
+    from flamia_kernels import attention_fwd_ws as W
     from flamia_kernels.formats import FP8_TINY
 
     pipe = cfg.get("pipe", G.PIPE)
@@ -218,9 +219,17 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
                   PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT)
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
-    ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs,
-                         ["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
-                         + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"], consts,
+    kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
+             + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
+    if pipe == W.PIPE:  # the warp-specialized kernel: one program of 128 rows per SM, its own constants
+        stages = cfg.get("gluon_stages") or W.STAGES
+        pingpong = cfg.get("pingpong", W.PINGPONG)
+        ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds,
+                             W.constexprs(safeguards, True, fuse_q, stages, pingpong),
+                             {"num_warps": 4, "maxnreg": W.MAXNREG})
+        label = f"4x{stages}:gluon:ws" + ("" if pingpong else ":nopp") + ("" if fuse_q else ":qpass")
+        return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+    ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,
                          {"num_warps": G.BM // 16, **G._registers(pipe)})
     label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
              + ("" if fuse_q else ":qpass"))

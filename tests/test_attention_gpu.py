@@ -451,6 +451,52 @@ def test_gpu_gluon_forward_through_the_launch_option():
     assert calls == [1]  # the causal call only
 
 
+WS_VARIANTS = {"x3 pingpong": (3, True), "x2 pingpong": (2, True), "x4 pingpong": (4, True), "x3 free": (3, False)}
+
+
+@pytest.mark.parametrize("safeguards", [True, False])
+@pytest.mark.parametrize("variant", list(WS_VARIANTS))
+def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
+    """The warp-specialized forward (attention_fwd_ws: a TMA producer warp, two consumer warpgroups) runs each
+    64-row half through the chained Gluon kernel's operations (pipe 3), only waited for in another order: every
+    output is bit for bit the chained kernel's (GQA, B > 1, S = 15 tiles), with the ring at 2-4 stages and the
+    consumers' ping-pong on or off, and with Q through the pre-pass (this test) or fused (the next)."""
+    from flamia_kernels import AttentionSpec, attention_fwd_gluon, attention_fwd_ws
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    stages, pingpong = WS_VARIANTS[variant]
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=31)
+    ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
+    base = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, pipe=3)
+    got = attention_fwd_ws.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, stages=stages,
+                                   pingpong=pingpong)
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    print(f"\nws {variant} safeguards={safeguards}: O rel-L2 vs chained {_rel(got[0], base[0]):.2e}, "
+          f"bit-identical (O, lse2, M offset, O8, O scale) {same}")
+    assert all(same), same
+
+
+def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
+    """flamia_attention's fwd + bwd with the forward on the warp-specialized kernel (launch pipe 4, Q quantized in
+    the kernel) against the default chained Gluon forward: O and every gradient bit-identical (the backward reads
+    the forward's saved bytes, so this also holds Q8, O8 and the row statistics)."""
+    from flamia_kernels import attention_fwd, attention_fwd_ws
+
+    q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
+    base = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    fwd = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "pipe": 4})
+    calls = _spy(monkeypatch, attention_fwd_ws, "forward")
+    got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    assert calls, "the warp-specialized forward never ran"
+    same = {n: torch.equal(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), got, base, strict=True)}
+    print(f"\nws forward in training vs chained: bit-identical {same}")
+    assert all(same.values()), same
+
+
 @pytest.mark.parametrize("pipe", [2, 3])
 def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     """test_gpu_accuracy_vs_exact's bar for O (and dV, whose backward reads O's saved copy) with the
