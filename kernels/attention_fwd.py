@@ -325,7 +325,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     doc: None, or `document.doc_tables(doc_ids)` (index, start, end int32 [B, S]): document masking.
     config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), "gluon"
     (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and "gluon_stages",
-    by default its chained variant; pipe 4 the warp-specialized kernel of `attention_fwd_ws`, with "pingpong"; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
+    by default its chained variant; pipe 4 the warp-specialized kernel of `attention_fwd_ws`, with
+    "pingpong"; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
     (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
     registers and lets two programs share an SM, one's softmax running beside the other's products;
     every row's arithmetic is the same, only the programs' row blocking changes).
