@@ -114,11 +114,18 @@ if HAS_GLUON:
         if n_off > 0:
             p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
             vsb = gl.load(VBS + kvb_off)
+            # each tile's block scales are loaded a tile ahead: an L2 round trip outlasts one QKᵀ (as the chained
+            # kernel's prefetch); t + 1 <= n_off + 1 reads one block past the diagonal at most, clamped
+            kbs_next = gl.load(KBS + kvb_off + 1)
+            vsb_next = gl.load(VBS + kvb_off + 1)
             for t in range(1, n_off + 1):  # t = n_off: the diagonal tile's scores, under the last P·V
                 stage = t % STAGES
                 prev = (t - 1) % STAGES
-                kbs = gl.load(KBS + kvb_off + t)  # t <= n_off: the diagonal block at most
-                vsb_t = gl.load(VBS + kvb_off + t)
+                kbs = kbs_next
+                vsb_t = vsb_next
+                nxt = gl.minimum(t + 1, n_off)
+                kbs_next = gl.load(KBS + kvb_off + nxt)
+                vsb_next = gl.load(VBS + kvb_off + nxt)
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 _take_turn(turn, C, t - 1, PINGPONG)
                 s = warpgroup_mma(q_s, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
