@@ -92,10 +92,11 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
     if not regs or not spill:
         raise RuntimeError(f"ptxas -v printed no register report:\n{text}")
-    # C7514 / C7515: ptxas serialized the wgmma instructions (an accumulator in flight touched by other
-    # instructions), which undoes a kernel's overlap of its products
+    # C7511 / C7514 / C7515: ptxas serialized the wgmma instructions (too few registers for the products in
+    # flight; an accumulator in flight touched by other instructions), which undoes a kernel's overlap of its
+    # products: every wgmma is then waited for as issued (WARPGROUP.DEPBAR after each in the SASS)
     return {"registers": int(regs.group(1)), "spill_stores": int(spill.group(1)),
-            "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751[45]", text))}
+            "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751[145]", text))}
 
 
 def mma_kinds(ptx: str) -> list[str]:
@@ -338,7 +339,7 @@ def main(argv=None) -> int:
                 print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
                       flush=True)
                 if r["serialized"]:
-                    print("       ptxas serialized this kernel's wgmma (C7514 / C7515)", flush=True)
+                    print("       ptxas serialized this kernel's wgmma (C7511 / C7514 / C7515)", flush=True)
                 if args.mma:
                     print("       mma: " + ", ".join(r["mma"]), flush=True)
     return 0

