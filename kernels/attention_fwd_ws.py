@@ -21,6 +21,15 @@ which products are waited for changes, so O, the row statistics and the saved by
 compares them). Programs are 128 rows, a key tile's width, so both halves share one diagonal tile. Scope: that of
 `attention_fwd_gluon.eligible`. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
+
+Status (session 14, docs/kernels.md): a launch option (`pipe` 4, scripts' `:ws`), not the default. On the H200 it
+ran the fp8 forward in 1.98 ms at S = 8k against the chained kernel's 1.68 (3.48 against 3.04 at 16k): ptxas
+serializes every wgmma of this kernel (C7511, "insufficient register resources for the wgmma pipeline"; the SASS
+waits for each k-step of each product as issued), so neither overlap happens. The serialization persists with the
+loop removed (QKᵀ of the first tile, the diagonal tile and the epilogue only), and peeling the diagonal out of the
+loop raised the spills from 44 to 488 bytes and the time to 2.77 ms; the compile-only probe of the bare loop
+shape (scripts/ws_forward_probe.py) is not serialized. Finding what in the full consumer costs ptxas its wgmma
+pipeline is the next step.
 """
 from __future__ import annotations
 
@@ -48,9 +57,6 @@ BLOCK = chained.BLOCK  # key tile = token block = head dim; also the program's q
 HALF = BLOCK // 2  # one consumer warpgroup's rows (wgmma M = 64)
 STAGES = 3  # K / Vᵀ tiles in the ring: a tile is released a full iteration before the producer needs its stage
 PINGPONG = True
-# the softmax of tile t under the consumer's own P·V(t - 1) (FA3's intra-warpgroup overlap); off: both products
-# waited for before it, the overlap left to the ping-pong
-OVERLAP = True
 CONSUMER_REGS = 240  # O, S(t) and P(t - 1) live at once (64 fp32 registers each)
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # the launch's budget: 12 warps (the producer's warp rounds up to a warpgroup) share 65,536 registers; the default
@@ -82,30 +88,10 @@ if HAS_GLUON:
             mbarrier.arrive(turn.index(1 - C), count=1)
 
     @gluon.jit
-    def _issue_pair(q_s, k_smem, v_smem, ready, turn, p, acc, scale, zero, t, C: gl.constexpr, STAGES: gl.constexpr,
-                    PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, P_L: gl.constexpr):
-        """Issue QKᵀ(t) and P(t - 1)·V(t - 1) into the accumulator (rescaled first), in this consumer's turn; return
-        S(t), waited for, and the accumulator, still in flight. P(t - 1) crosses the loop in fp32 (an 8-bit register
-        operand carried by a loop is unpacked to a byte per register, attention_fwd_gluon's pipe 1) and is packed
-        before QKᵀ(t) takes its registers: P's fp32, S(t) and O at once leave ptxas too few registers for products
-        in flight, and it then serializes every wgmma of the kernel (C7511)."""
-        stage = t % STAGES
-        mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
-        _take_turn(turn, C, t - 1, PINGPONG)
-        p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
-        acc = acc * scale[:, None]
-        s = warpgroup_mma(q_s, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        acc = warpgroup_mma(p8, v_smem.index((t - 1) % STAGES).permute((1, 0)), acc, is_async=True)
-        _pass_turn(turn, C, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=1 if OVERLAP else 0, deps=(s,))
-        return s, acc
-
-    @gluon.jit
     def _consumer(C: gl.constexpr, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                   D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
-                   OVERLAP: gl.constexpr):
+                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
         """Rows diag + C·BM .. + BM of the program: `attention_fwd_gluon`'s chained loop with QKᵀ(t) and
         P·V(t - 1) issued together and the softmax of tile t under P·V(t - 1)."""
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
@@ -137,26 +123,34 @@ if HAS_GLUON:
         if n_off > 0:
             p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
             vsb = gl.load(VBS + kvb_off)
-            # each tile's K block scale is loaded a tile ahead: an L2 round trip outlasts one QKᵀ (as the chained
-            # kernel's prefetch); V's is first read an iteration after its load
-            kbs_next = gl.load(KBS + kvb_off + 1)  # 1 <= n_off: the diagonal block at most
-            for t in range(1, n_off):
+            # each tile's block scales are loaded a tile ahead: an L2 round trip outlasts one QKᵀ (as the chained
+            # kernel's prefetch); t + 1 <= n_off + 1 reads one block past the diagonal at most, clamped
+            kbs_next = gl.load(KBS + kvb_off + 1)
+            vsb_next = gl.load(VBS + kvb_off + 1)
+            for t in range(1, n_off + 1):  # t = n_off: the diagonal tile's scores, under the last P·V
+                stage = t % STAGES
+                prev = (t - 1) % STAGES
                 kbs = kbs_next
-                kbs_next = gl.load(KBS + kvb_off + t + 1)
-                vsb_t = gl.load(VBS + kvb_off + t)
-                s, acc = _issue_pair(q_s, k_smem, v_smem, ready, turn, p, acc, alpha * (cv / vsb), zero, t, C,
-                                     STAGES, PINGPONG, OVERLAP, P_L)
-                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)  # under P·V(t - 1)
+                vsb_t = vsb_next
+                nxt = gl.minimum(t + 1, n_off)
+                kbs_next = gl.load(KBS + kvb_off + nxt)
+                vsb_next = gl.load(VBS + kvb_off + nxt)
+                mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+                _take_turn(turn, C, t - 1, PINGPONG)
+                s = warpgroup_mma(q_s, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by a loop is unpacked to a
+                # byte per register (attention_fwd_gluon, pipe 1)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                acc = acc * (alpha * (cv / vsb))[:, None]
+                acc = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), acc, is_async=True)
+                _pass_turn(turn, C, PINGPONG)
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+                if t < n_off:
+                    p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                mbarrier.arrive(empty.index((t - 1) % STAGES), count=1)
+                mbarrier.arrive(empty.index(prev), count=1)
                 cv = vsb
                 vsb = vsb_t
-            # the diagonal tile's scores, with the last off-diagonal P·V (peeled: a softmax taken on some iterations
-            # only would keep the previous P's 64 registers live through every one)
-            s, acc = _issue_pair(q_s, k_smem, v_smem, ready, turn, p, acc, alpha * (cv / vsb), zero, n_off, C,
-                                 STAGES, PINGPONG, OVERLAP, P_L)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            cv = vsb
         acc = acc * cv  # true units for the per-token diagonal product
 
         # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i)
@@ -209,27 +203,25 @@ if HAS_GLUON:
     def _consumer0(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
-                   OVERLAP: gl.constexpr):
+                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
         _consumer(0, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
-                  SAVE_O8, TINY, FUSE_Q, PINGPONG, OVERLAP)
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
 
     @gluon.jit
     def _consumer1(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
-                   OVERLAP: gl.constexpr):
+                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
         _consumer(1, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
-                  SAVE_O8, TINY, FUSE_Q, PINGPONG, OVERLAP)
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
 
     @gluon.jit
     def _fwd_ws_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                        O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                        STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                       FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        PRODUCER_REGS: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         gl.static_assert(2 * BM == BLOCK, "the two consumers' rows share one diagonal tile")
@@ -260,10 +252,10 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_consumer0, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
                           KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
-                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG, OVERLAP)),
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
             (_consumer1, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
                           KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
-                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG, OVERLAP)),
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
             (_producer, (kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, kv_row, v_row, n_off, STAGES,
                          BLOCK))],
                            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -278,16 +270,14 @@ def kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale: float) -> 
             q.vals.shape[1] // k.vals.shape[1])
 
 
-def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG,
-               overlap: bool = OVERLAP) -> dict:
+def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG) -> dict:
     return dict(D=BLOCK, BLOCK=BLOCK, BM=HALF, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
-                FUSE_Q=fuse_q, PINGPONG=pingpong, OVERLAP=overlap, CONSUMER_REGS=CONSUMER_REGS,
-                PRODUCER_REGS=PRODUCER_REGS)
+                FUSE_Q=fuse_q, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS)
 
 
 @torch.compiler.disable  # as attention_fwd_gluon.forward: a Gluon launch, not traced
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, pingpong: bool = PINGPONG, overlap: bool = OVERLAP):
+            q_raw: torch.Tensor | None = None, pingpong: bool = PINGPONG):
     """`attention_fwd_gluon.forward` (same arguments and outputs) on the warp-specialized kernel. stages: the
     K / Vᵀ ring, 2 to 4 (one program per SM)."""
     stages = STAGES if stages is None else stages
@@ -304,6 +294,6 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, stages: i
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
     _fwd_ws_kernel[(seq // BLOCK, b * hq)](
         *kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale),
-        **constexprs(safeguards, save_o8, q_raw is not None, stages, pingpong, overlap), num_warps=4, maxnreg=MAXNREG,
+        **constexprs(safeguards, save_o8, q_raw is not None, stages, pingpong), num_warps=4, maxnreg=MAXNREG,
     )
     return o, lse2, moff, o8, o_scale

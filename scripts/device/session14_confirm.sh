@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 14, third call: the warp-specialized forward after its loop was peeled (the diagonal tile's QKᵀ issued with
-# the last P·V outside the loop) — its GPU tests, then the forward against cuDNN and the default launch, interleaved.
+# Session 14, third call (run at ba035ca with the loop peeled, again at the next commit with it restored): the
+# warp-specialized forward's GPU tests, then the forward against cuDNN and the default launch, interleaved.
 #   bash scripts/device/session14_confirm.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
