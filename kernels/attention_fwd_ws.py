@@ -28,8 +28,10 @@ serializes every wgmma of this kernel (C7511, "insufficient register resources f
 waits for each k-step of each product as issued), so neither overlap happens. The serialization persists with the
 loop removed (QKᵀ of the first tile, the diagonal tile and the epilogue only), and peeling the diagonal out of the
 loop raised the spills from 44 to 488 bytes and the time to 2.77 ms; the compile-only probe of the bare loop
-shape (scripts/ws_forward_probe.py) is not serialized. Finding what in the full consumer costs ptxas its wgmma
-pipeline is the next step.
+shape (scripts/ws_forward_probe.py) is not serialized. The trigger, found by building the probe up on the CPU: the
+diagonal tile's `gl.where(keep, s, -inf)`. As a bias, `s + gl.where(keep, 0, -inf)`, the kernel compiles
+unserialized, but that form turns a future key's +inf score into NaN (a causal leak), so it is not used here; a mask
+ptxas accepts that keeps `where`'s values for every input is the next step (docs/kernels.md, open item 1).
 """
 from __future__ import annotations
 
