@@ -29,9 +29,8 @@ waits for each k-step of each product as issued), so neither overlap happens. Th
 loop removed (QKᵀ of the first tile, the diagonal tile and the epilogue only), and peeling the diagonal out of the
 loop raised the spills from 44 to 488 bytes and the time to 2.77 ms; the compile-only probe of the bare loop
 shape (scripts/ws_forward_probe.py) is not serialized. The trigger, found by building the probe up on the CPU: the
-diagonal tile's `gl.where(keep, s, -inf)`. As a bias, `s + gl.where(keep, 0, -inf)`, the kernel compiles
-unserialized, but that form turns a future key's +inf score into NaN (a causal leak), so it is not used here; a mask
-ptxas accepts that keeps `where`'s values for every input is the next step (docs/kernels.md, open item 1).
+diagonal tile's `gl.where(keep, s, -inf)`; the mask is now a bias on capped scores (see the diagonal tile below),
+with which the kernel compiles unserialized (76 bytes spilled).
 """
 from __future__ import annotations
 
@@ -162,7 +161,12 @@ if HAS_GLUON:
         vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
         s = s * (qs[:, None] * ks[None, :])
         keep = offs_m[:, None] >= cols[None, :]
-        s = gl.where(keep, s, float("-inf"))
+        # the mask as a bias: written `gl.where(keep, s, -inf)` it makes ptxas serialize every wgmma of this kernel
+        # (C7511; found by building scripts/ws_forward_probe.py up on the CPU), as a bias it does not. A bias alone
+        # would turn a future key's +inf or NaN score into NaN in a masked place (a causal leak), so the scores are
+        # first capped at the largest float (min.f32 returns the other operand for a NaN): masked places are -inf
+        # for every input; a visible +inf or NaN score becomes FLT_MAX there (its row is degenerate either way)
+        s = gl.minimum(s, 3.4028234663852886e38) + gl.where(keep, 0.0, float("-inf"))
         if SAFE:  # V-scale max over the keys row i sees
             r = gl.max(gl.where(keep, vs[None, :], 0.0), 1)
             r = gl.where(r > 0.0, r, 1.0)

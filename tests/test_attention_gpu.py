@@ -487,6 +487,32 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     assert _rel(got[0], ref) <= _tol("fp8")
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+@pytest.mark.parametrize("kernel", ["chained", "ws"])
+def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad):
+    """The diagonal tile's mask holds for any future score: a key at t + 1 set to +inf or NaN (its per-token scale
+    inf or NaN, so its scores too) leaves rows <= t of O, lse2 and O8 bit-identical, t inside a diagonal tile. The
+    warp-specialized kernel writes its mask as a bias on capped scores (the `where` form made ptxas serialize its
+    wgmma), which a bare bias would break here (-inf + inf = NaN); the chained kernel's `where` is the baseline."""
+    from flamia_kernels import AttentionSpec, attention_fwd_gluon, attention_fwd_ws
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec, t = AttentionSpec.parse("fp8"), 300
+    q, k, v, _ = _inputs(1, 4, 4, 1024, 128, seed=41)
+    run = {"chained": lambda ops: attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3),
+           "ws": lambda ops: attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True)}[kernel]
+    clean = run(prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True))
+    k_bad = k.clone()
+    k_bad[:, :, t + 1, :5] = bad
+    dirty = run(prepare_forward(q, k_bad, v, spec, True, QZ, 128, v_transposed=True))
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    same = [torch.equal(bits(a[:, :, : t + 1]), bits(b[:, :, : t + 1])) for a, b in zip(clean, dirty, strict=True)]
+    print(f"\n{kernel} forward, key {t + 1} = {bad}: rows <= {t} bit-identical (O, lse2, M offset, O8, O scale) "
+          f"{same}; rows > {t} finite {torch.isfinite(dirty[0][:, :, t + 1:]).float().mean().item():.3f}")
+    assert all(same), same
+
+
 def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     """flamia_attention's fwd + bwd with the forward on the warp-specialized kernel (launch pipe 4, Q quantized in
     the kernel) against the default chained Gluon forward: the backward reads the forward's saved bytes (Q8, O8,
