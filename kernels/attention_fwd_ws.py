@@ -11,8 +11,8 @@ by job (`gl.warp_specialize`), as FlashAttention-3 does on Hopper:
   Per key tile t a consumer issues QKᵀ(t) and P·V(t - 1) together (P·V chained into one accumulator, as
   `attention_fwd_gluon`'s default), waits for QKᵀ(t) only and runs the softmax of tile t while P·V(t - 1) is on
   the tensor cores;
-- with `PINGPONG` the consumers take turns to issue (an mbarrier pair): one's softmax runs while the other's
-  products occupy the tensor cores, instead of both softmaxes landing at once.
+- with `PINGPONG` (off by default: measured slower, below) the consumers take turns to issue (an mbarrier pair):
+  one's softmax runs while the other's products occupy the tensor cores, instead of both softmaxes landing at once.
 
 The arithmetic of each 64-row half is `attention_fwd_gluon`'s chained variant's (pipe 3), operation for operation:
 the off-diagonal tiles on the token-block copies, the diagonal tile on the per-token bytes with V's scale folded into
@@ -22,15 +22,17 @@ compares them). Programs are 128 rows, a key tile's width, so both halves share 
 `attention_fwd_gluon.eligible`. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 
-Status (session 14, docs/kernels.md): a launch option (`pipe` 4, scripts' `:ws`), not the default. On the H200 it
-ran the fp8 forward in 1.98 ms at S = 8k against the chained kernel's 1.68 (3.48 against 3.04 at 16k): ptxas
-serializes every wgmma of this kernel (C7511, "insufficient register resources for the wgmma pipeline"; the SASS
-waits for each k-step of each product as issued), so neither overlap happens. The serialization persists with the
-loop removed (QKᵀ of the first tile, the diagonal tile and the epilogue only), and peeling the diagonal out of the
-loop raised the spills from 44 to 488 bytes and the time to 2.77 ms; the compile-only probe of the bare loop
-shape (scripts/ws_forward_probe.py) is not serialized. The trigger, found by building the probe up on the CPU: the
-diagonal tile's `gl.where(keep, s, -inf)`; the mask is now a bias on capped scores (see the diagonal tile below),
-with which the kernel compiles unserialized (76 bytes spilled).
+Status (session 14, docs/kernels.md open item 1): a launch option (`pipe` 4, scripts' `:ws`), not the default. It
+matches the chained kernel bit for bit on the H200 (tests/test_attention_gpu.py `ws_forward`) and ran the fp8 forward
+in 1.758 ms at S = 8k against the chained kernel's 1.681 (3.148 against 3.057 at 16k; cuDNN 1.968 / 3.863), with the
+ping-pong off, which measured faster than on (1.840 / 3.187). Written first with the diagonal tile's mask as
+`gl.where(keep, s, -inf)`, it ran 1.98 ms: that `where` made ptxas serialize every wgmma of the kernel (C7511,
+"insufficient register resources for the wgmma pipeline"), found by building the compile-only probe
+(scripts/ws_forward_probe.py) up on the CPU; the mask is now a bias on capped scores (the diagonal tile below).
+Nsight Compute on the unserialized kernel: the consumers issue on ~22% of their loop's samples with two math warps
+per scheduler (the chained kernel runs three programs of four warps per SM), stalled mostly on fixed-latency
+dependencies; each program's Q prologue and O epilogue are exposed, one program per SM. A persistent grid whose
+producer runs ahead into the next program's tiles is the next step.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ PIPE = 4  # `attention_fwd.forward`'s launch option pipe that selects this kerne
 BLOCK = chained.BLOCK  # key tile = token block = head dim; also the program's query rows (two consumers of 64)
 HALF = BLOCK // 2  # one consumer warpgroup's rows (wgmma M = 64)
 STAGES = 3  # K / Vᵀ tiles in the ring: a tile is released a full iteration before the producer needs its stage
-PINGPONG = True
+PINGPONG = False  # 1.840 against 1.758 ms at 8k, 3.187 against 3.148 at 16k (session14_mask.sh)
 CONSUMER_REGS = 240  # O, S(t) and P(t - 1) live at once (64 fp32 registers each)
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # the launch's budget: 12 warps (the producer's warp rounds up to a warpgroup) share 65,536 registers; the default
