@@ -228,7 +228,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds,
                              W.constexprs(safeguards, True, fuse_q, stages, pingpong),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
-        label = f"4x{stages}:gluon:ws" + ("" if pingpong else ":nopp") + ("" if fuse_q else ":qpass")
+        label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,
                          {"num_warps": G.BM // 16, **G._registers(pipe)})

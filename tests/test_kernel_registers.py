@@ -75,11 +75,11 @@ def test_ws_forward_compiles_for_sm90():
     wgmma (C7511) and the kernel ran 1.97 ms at 8k against 1.84 unserialized (docs/kernels.md)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs",
-                          "4x3:gluon:ws", "4x3:gluon:ws:nopp", "--mma"], cwd=ROOT, env=env, capture_output=True,
+                          "4x3:gluon:ws", "4x3:gluon:ws:pp", "--mma"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ") and ":ws" in line]
-    assert len(rows) == 2 and "4x3:gluon:ws " in rows[0] + " " and "4x3:gluon:ws:nopp" in rows[1], out.stdout
+    assert len(rows) == 2 and "4x3:gluon:ws " in rows[0] + " " and "4x3:gluon:ws:pp" in rows[1], out.stdout
     assert all(int(row.split()[-3]) == 168 for row in rows), rows
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
     assert "serialized" not in out.stdout, out.stdout
