@@ -23,10 +23,16 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, gluon, pipe0, pipe1, pipe2, chain, gluondq, gluondq32, half, "
-               "pre, late, atomic")
+    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, gluon, pipe0, pipe1, pipe2, chain, ws, pp, nopp, ws2, ws4, "
+               "gluondq, gluondq32, half, pre, late, atomic")
     with pytest.raises(argparse.ArgumentTypeError, match=f"'8x2:fast'.*'fast'.*{allowed}"):
         _configs("8x2:fast")
+
+
+def test_configs_warp_specialized_forward():
+    assert _configs("4x3:gluon:ws")[0] == {"num_warps": 4, "num_stages": 3, "gluon": True, "pipe": 4}
+    assert _configs("4x3:gluon:ws:pp:ws4")[0] == {"num_warps": 4, "num_stages": 3, "gluon": True, "pipe": 4,
+                                                  "pingpong": True, "gluon_stages": 4}
 
 
 def test_configs_half_tile_rows():
