@@ -134,6 +134,33 @@ if HAS_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
+    def _diag_softmax(s, keep, vs, m_i, l_i, SAFE: gl.constexpr, MASK_AS_BIAS: gl.constexpr):
+        """The diagonal tile's softmax (`attention_fwd._fwd_diag_tile`): s the scaled scores, keep the causal mask,
+        vs V's per-token scales. Returns (x, r, m, l, alpha): x = P·s_v / r_i, V's scale folded into P with r_i
+        the max of V's scales over the keys row i sees (SAFE; leaky: over the whole tile).
+        MASK_AS_BIAS (attention_fwd_ws): written `gl.where(keep, s, -inf)` the mask makes ptxas serialize every wgmma
+        of the warp-specialized kernel (C7511; found by building scripts/ws_forward_probe.py up on the CPU), as a
+        bias it does not. A bias alone would turn a future key's +inf or NaN score into NaN in a masked place (a
+        causal leak), so the scores are first capped at the largest float (min.f32 returns the other operand for a
+        NaN): masked places are -inf for every input; a visible +inf or NaN score becomes FLT_MAX (the row then
+        comes out finite where `where` gives NaN)."""
+        if MASK_AS_BIAS:
+            s = gl.minimum(s, 3.4028234663852886e38) + gl.where(keep, 0.0, float("-inf"))
+        else:
+            s = gl.where(keep, s, float("-inf"))
+        if SAFE:  # V-scale max over the keys row i sees
+            r = gl.max(gl.where(keep, vs[None, :], 0.0), 1)
+            r = gl.where(r > 0.0, r, 1.0)
+        else:  # leaky: the whole tile, future keys included
+            r = gl.zeros_like(l_i) + gl.max(vs, 0)
+        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1)))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - (m_new - 8.0)[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        x = p * vs[None, :] * gl.div_rn(gl.full_like(l_i, 1.0), r)[:, None]
+        return x, r, m_new, l_i, alpha
+
+    @gluon.jit
     def _fp8_row_quotients(x, TINY: gl.constexpr):
         """Per-row fp8 of an fp32 tile as `quantize._fp8_row_codes` on the GPU, up to the E4M3 conversion:
         (quotients x / scale, scale, finite). amax is an integer max over the fp32 bit patterns (keeps NaN),
@@ -343,19 +370,7 @@ if HAS_GLUON:
         ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
         vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
         s = s * (qs[:, None] * ks[None, :])
-        keep = offs_m[:, None] >= cols[None, :]
-        s = gl.where(keep, s, float("-inf"))
-        if SAFE:  # V-scale max over the keys row i sees
-            r = gl.max(gl.where(keep, vs[None, :], 0.0), 1)
-            r = gl.where(r > 0.0, r, 1.0)
-        else:  # leaky: the whole tile, future keys included
-            r = gl.zeros([BM], gl.float32, ROW) + gl.max(vs, 0)
-        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1)))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - (m_new - 8.0)[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        x = p * vs[None, :] * gl.div_rn(gl.full([BM], 1.0, gl.float32, ROW), r)[:, None]
+        x, r, m_i, l_i, alpha = _diag_softmax(s, offs_m[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, False)
         x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
         pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
         pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))

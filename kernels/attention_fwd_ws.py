@@ -53,7 +53,14 @@ if HAS_GLUON:
         warpgroup_mma_wait,
     )
 
-    from .attention_fwd_gluon import _e4m3_bytes, _fp8_row_quotients, _issue_tile, _off_softmax, _quantize_q_rows
+    from .attention_fwd_gluon import (
+        _diag_softmax,
+        _e4m3_bytes,
+        _fp8_row_quotients,
+        _issue_tile,
+        _off_softmax,
+        _quantize_q_rows,
+    )
 
 PIPE = 4  # `attention_fwd.forward`'s launch option pipe that selects this kernel (pipes 0-3: attention_fwd_gluon)
 BLOCK = chained.BLOCK  # key tile = token block = head dim; also the program's query rows (two consumers of 64)
@@ -162,24 +169,8 @@ if HAS_GLUON:
         ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
         vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
         s = s * (qs[:, None] * ks[None, :])
-        keep = offs_m[:, None] >= cols[None, :]
-        # the mask as a bias: written `gl.where(keep, s, -inf)` it makes ptxas serialize every wgmma of this kernel
-        # (C7511; found by building scripts/ws_forward_probe.py up on the CPU), as a bias it does not. A bias alone
-        # would turn a future key's +inf or NaN score into NaN in a masked place (a causal leak), so the scores are
-        # first capped at the largest float (min.f32 returns the other operand for a NaN): masked places are -inf
-        # for every input; a visible +inf or NaN score becomes FLT_MAX there (its row is degenerate either way)
-        s = gl.minimum(s, 3.4028234663852886e38) + gl.where(keep, 0.0, float("-inf"))
-        if SAFE:  # V-scale max over the keys row i sees
-            r = gl.max(gl.where(keep, vs[None, :], 0.0), 1)
-            r = gl.where(r > 0.0, r, 1.0)
-        else:  # leaky: the whole tile, future keys included
-            r = gl.zeros([BM], gl.float32, ROW) + gl.max(vs, 0)
-        m_new = gl.maximum(m_i, gl.ceil(gl.max(s, 1)))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - (m_new - 8.0)[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        x = p * vs[None, :] * gl.div_rn(gl.full([BM], 1.0, gl.float32, ROW), r)[:, None]
+        # the mask as a bias on capped scores: its `where` form makes ptxas serialize this kernel's wgmma (C7511)
+        x, r, m_i, l_i, alpha = _diag_softmax(s, offs_m[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, True)
         x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
         pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
         pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
