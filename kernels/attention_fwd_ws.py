@@ -198,6 +198,8 @@ if HAS_GLUON:
             tma.async_copy_shared_to_global(o8_desc, [bh * S + first, 0], q_s)
         tma.store_wait(0)
 
+    # one thin entry per consumer: a partition's arguments reach it as values, so its index C (a constexpr: it picks
+    # the shared-memory slices and the turn barriers at compile time) cannot travel in the argument tuple
     @gluon.jit
     def _consumer0(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
