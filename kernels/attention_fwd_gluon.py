@@ -190,6 +190,36 @@ if HAS_GLUON:
         return gl.where(v != v, 0x7F | sign, byte).to(gl.uint8)
 
     @gluon.jit
+    def _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m):
+        """O = acc / l in bf16 (returned) and the rows' saved statistics: lse2 and the M offset
+        (`reference.pack_stats`)."""
+        o = (acc / l_i[:, None]).to(gl.bfloat16)
+        lse2 = (m_i - 8.0) + gl.log2(l_i)  # l carries P's ×256, as in the Triton kernel
+        gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
+        gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
+        return o
+
+    @gluon.jit
+    def _store_o_by_tma(o, o_smem, o8_smem, o_desc, o8_desc, OS, bh, S, first, offs_m, SAVE_O8: gl.constexpr,
+                        TINY: gl.constexpr):
+        """O's rows (and, with SAVE_O8, their per-token fp8 copy, its scales to OS) through shared memory and one
+        TMA store each (`TMA_OUT`), waited for: o_smem and o8_smem are free again on return."""
+        o_smem.store(o)
+        if SAVE_O8:
+            v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
+            gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
+            if finite:
+                o8_smem.store(v.to(gl.float8e4nv))
+            else:
+                o8_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+        fence_async_shared()  # the generic-proxy stores, seen by the TMA (async proxy)
+        gl.thread_barrier()  # every warp's rows are in before one thread issues the copies
+        tma.async_copy_shared_to_global(o_desc, [bh * S + first, 0], o_smem)
+        if SAVE_O8:
+            tma.async_copy_shared_to_global(o8_desc, [bh * S + first, 0], o8_smem)
+        tma.store_wait(0)
+
+    @gluon.jit
     def _quantize_q_rows(QRAW, QS, q_desc, q_smem, bh, first, S, TINY: gl.constexpr, BM: gl.constexpr,
                          D: gl.constexpr):
         """The program's BM rows of bf16 Q, quantized per token as the pre-pass does
@@ -382,27 +412,11 @@ if HAS_GLUON:
         if FUSE_Q:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
 
-        o = (acc / l_i[:, None]).to(gl.bfloat16)
-        lse2 = (m_i - 8.0) + gl.log2(l_i)  # l carries P's ×256, as in the Triton kernel
-        gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
-        gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
-        if TMA_OUT:  # O (and O8) through shared memory and one TMA store each: every product has retired, so the
-            # ring's first K stage (16 KB) holds O's bf16 rows and Q's tile (8 KB) O's bytes
-            o_smem = k_smem.index(0)._reinterpret(gl.bfloat16, [BM, D], o_desc.layout)
-            o_smem.store(o)
-            if SAVE_O8:
-                v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
-                gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
-                if finite:
-                    q_smem.store(v.to(gl.float8e4nv))
-                else:
-                    q_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
-            fence_async_shared()  # the generic-proxy stores, seen by the TMA (async proxy)
-            gl.thread_barrier()  # every warp's rows are in before one thread issues the copies
-            tma.async_copy_shared_to_global(o_desc, [bh * S + first, 0], o_smem)
-            if SAVE_O8:
-                tma.async_copy_shared_to_global(o8_desc, [bh * S + first, 0], q_smem)
-            tma.store_wait(0)
+        o = _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m)
+        if TMA_OUT:  # every product has retired, so the ring's first K stage (16 KB) holds O's bf16 rows and Q's
+            # tile (8 KB) O's bytes
+            _store_o_by_tma(o, k_smem.index(0)._reinterpret(gl.bfloat16, [BM, D], o_desc.layout), q_smem, o_desc,
+                            o8_desc, OS, bh, S, first, offs_m, SAVE_O8, TINY)
         else:
             offs_d = gl.arange(0, D, layout=COL)
             rows = (bh.to(gl.int64) * S + offs_m.to(gl.int64))[:, None] * D + offs_d[None, :]

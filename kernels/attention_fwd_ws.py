@@ -46,7 +46,6 @@ if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
         mbarrier,
         tma,
         warpgroup_mma,
@@ -55,11 +54,11 @@ if HAS_GLUON:
 
     from .attention_fwd_gluon import (
         _diag_softmax,
-        _e4m3_bytes,
-        _fp8_row_quotients,
+        _finish_rows,
         _issue_tile,
         _off_softmax,
         _quantize_q_rows,
+        _store_o_by_tma,
     )
 
 PIPE = 4  # `attention_fwd.forward`'s launch option pipe that selects this kernel (pipes 0-3: attention_fwd_gluon)
@@ -178,25 +177,8 @@ if HAS_GLUON:
 
         if FUSE_Q:
             tma.store_wait(0)  # Q's bytes have left q_s before O's fp8 copy reuses it
-        o = (acc / l_i[:, None]).to(gl.bfloat16)
-        lse2 = (m_i - 8.0) + gl.log2(l_i)  # l carries P's ×256
-        gl.store(LSE2 + bh.to(gl.int64) * S + offs_m, lse2)
-        gl.store(MOFF + bh.to(gl.int64) * S + offs_m, (gl.floor(lse2) - m_i).to(gl.int8))
-        o_s = o_smem.index(C)
-        o_s.store(o)
-        if SAVE_O8:
-            v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
-            gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
-            if finite:
-                q_s.store(v.to(gl.float8e4nv))
-            else:
-                q_s.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
-        fence_async_shared()  # the generic-proxy stores, seen by the TMA (async proxy)
-        gl.thread_barrier()  # every warp's rows are in before one thread issues the copies
-        tma.async_copy_shared_to_global(o_desc, [bh * S + first, 0], o_s)
-        if SAVE_O8:
-            tma.async_copy_shared_to_global(o8_desc, [bh * S + first, 0], q_s)
-        tma.store_wait(0)
+        o = _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m)
+        _store_o_by_tma(o, o_smem.index(C), q_s, o_desc, o8_desc, OS, bh, S, first, offs_m, SAVE_O8, TINY)
 
     # one thin entry per consumer: a partition's arguments reach it as values, so its index C (a constexpr: it picks
     # the shared-memory slices and the turn barriers at compile time) cannot travel in the argument tuple
