@@ -201,8 +201,8 @@ if HAS_GLUON:
                   SAVE_O8, TINY, FUSE_Q, PINGPONG)
 
     @gluon.jit
-    def _fwd_ws_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
-                       O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+    def _fwd_ws_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, OS,
+                       LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                        STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                        FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        PRODUCER_REGS: gl.constexpr):
@@ -245,12 +245,12 @@ if HAS_GLUON:
 
 
 def kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale: float) -> tuple:
-    """The kernel's tensor arguments in order (descriptors, pointers, scalars but the constexprs)."""
+    """The kernel's tensor arguments in order (descriptors, pointers, scalars but the constexprs); O and O8 reach
+    it as TMA descriptors only."""
     seq = q.vals.shape[-2]
     return (*chained.descriptors(q, k, v), *chained.out_descriptors(o, o8, q.vals),
-            q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o,
-            o if o8 is None else o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq,
-            q.vals.shape[1] // k.vals.shape[1])
+            q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o_scale, lse2,
+            moff, sm_scale * 1.4426950408889634, seq, q.vals.shape[1] // k.vals.shape[1])
 
 
 def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG) -> dict:
