@@ -133,7 +133,7 @@ if HAS_GLUON:
             p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
             vsb = gl.load(VBS + kvb_off)
             # each tile's block scales are loaded a tile ahead: an L2 round trip outlasts one QKᵀ (as the chained
-            # kernel's prefetch); t + 1 <= n_off + 1 reads one block past the diagonal at most, clamped
+            # kernel's prefetch); the index is clamped to the diagonal block (n_off), never one past it
             kbs_next = gl.load(KBS + kvb_off + 1)
             vsb_next = gl.load(VBS + kvb_off + 1)
             for t in range(1, n_off + 1):  # t = n_off: the diagonal tile's scores, under the last P·V
