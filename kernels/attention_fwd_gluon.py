@@ -190,6 +190,17 @@ if HAS_GLUON:
         return gl.where(v != v, 0x7F | sign, byte).to(gl.uint8)
 
     @gluon.jit
+    def _store_e4m3(smem, v, finite):
+        """v's E4M3 bytes into smem (`_e4m3_bytes`' values): the hardware's bytes, stored again with the fix where
+        the tile holds a NaN or ±Inf. Not `if finite: store(a) else: store(b)`: LLVM sinks those two stores into
+        one after the branch, and in the persistent warp-specialized forward (a loop around this) ptxas then built
+        each pair's second byte from a stale register (the SASS's F2FP ... MERGE_C on a value reloaded from the
+        stack: every odd byte of O's fp8 copy wrong on the H200, session 14)."""
+        smem.store(v.to(gl.float8e4nv))
+        if not finite:
+            smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+
+    @gluon.jit
     def _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m):
         """O = acc / l in bf16 (returned) and the rows' saved statistics: lse2 and the M offset
         (`reference.pack_stats`)."""
@@ -208,10 +219,7 @@ if HAS_GLUON:
         if SAVE_O8:
             v, os, finite = _fp8_row_quotients(o.to(gl.float32), TINY)
             gl.store(OS + bh.to(gl.int64) * S + offs_m, os)
-            if finite:
-                o8_smem.store(v.to(gl.float8e4nv))
-            else:
-                o8_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+            _store_e4m3(o8_smem, v, finite)
         fence_async_shared()  # the generic-proxy stores, seen by the TMA (async proxy)
         gl.thread_barrier()  # every warp's rows are in before one thread issues the copies
         tma.async_copy_shared_to_global(o_desc, [bh * S + first, 0], o_smem)
@@ -238,10 +246,7 @@ if HAS_GLUON:
         x = gl.load(base + rows[:, None] * D + cols[None, :]).to(gl.float32)
         v, scale, finite = _fp8_row_quotients(x, TINY)
         gl.store(QS + bh.to(gl.int64) * S + first + rows, scale)
-        if finite:
-            q_smem.store(v.to(gl.float8e4nv))
-        else:
-            q_smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))
+        _store_e4m3(q_smem, v, finite)
         fence_async_shared()  # the generic-proxy stores, seen by the async proxy (wgmma, TMA)
         gl.thread_barrier()  # every warp's rows are in before the warpgroup's products read them
         tma.async_copy_shared_to_global(q_desc, [bh * S + first, 0], q_smem)
