@@ -78,12 +78,18 @@ MAXNREG = 168
 if HAS_GLUON:
 
     @gluon.jit
-    def _item(w, heads, n_m, G):
-        """Work item w -> (bh, bhk, pid_m): one program's 128 query rows of one head, the longest causal rows first
-        across every head (w // heads counts the row blocks from the last), so that a persistent grid's round
-        robin deals the long items out first; with a program per item, the chained kernel's order within a head."""
+    def _item(r, heads, n_m, G):
+        """Round r's work item of this program -> (valid, bh, bhk, pid_m). Items are 128 query rows of one head
+        numbered longest causal rows first across every head (w // heads counts the row blocks from the last); in
+        round r the programs take the next grid-size items, in snake order (odd rounds reversed), so that the
+        program drawing the longest item of one round draws the shortest of the next: dealt in the same order every
+        round, program 0 would get ~2 tiles more than the last program each round, ~6% of its work at S = 8k over
+        31 rounds. With a program per item (one round) the chained kernel's order within a head."""
+        p = gl.program_id(0)
+        n_p = gl.num_programs(0)
+        w = r * n_p + p + (r & 1) * (n_p - 1 - 2 * p)
         bh = w % heads
-        return bh, bh // G, n_m - 1 - w // heads
+        return w < n_m * heads, bh, bh // G, n_m - 1 - w // heads
 
     @gluon.jit
     def _producer(kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, S, G, heads,
@@ -94,9 +100,9 @@ if HAS_GLUON:
         first wait's parity 1)."""
         n_m = S // BLOCK
         g = 0
-        for w in range(gl.program_id(0), n_m * heads, gl.num_programs(0)):
-            bh, bhk, n_off = _item(w, heads, n_m, G)
-            for t in range(0, n_off + 1):
+        for r in range(0, gl.cdiv(n_m * heads, gl.num_programs(0))):
+            valid, bh, bhk, n_off = _item(r, heads, n_m, G)
+            for t in range(0, gl.where(valid, n_off + 1, 0)):
                 stage = g % STAGES
                 mbarrier.wait(empty.index(stage), ((g // STAGES) & 1) ^ 1)
                 bar = ready.index(stage)
@@ -220,14 +226,15 @@ if HAS_GLUON:
         g = 0
         nb = 0
         kq = 0
-        for w in range(gl.program_id(0), n_m * heads, gl.num_programs(0)):
-            bh, bhk, n_off = _item(w, heads, n_m, G)
-            _consumer_item(C, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
-                           QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, n_off, g, nb, kq, D, BLOCK,
-                           BM, STAGES, SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)
-            g += n_off + 1
-            nb += n_off
-            kq += 1
+        for r in range(0, gl.cdiv(n_m * heads, gl.num_programs(0))):
+            valid, bh, bhk, n_off = _item(r, heads, n_m, G)
+            if valid:
+                _consumer_item(C, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
+                               QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, n_off, g, nb, kq, D,
+                               BLOCK, BM, STAGES, SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)
+                g += n_off + 1
+                nb += n_off
+                kq += 1
 
     # one thin entry per consumer: a partition's arguments reach it as values, so its index C (a constexpr: it picks
     # the shared-memory slices and the turn barriers at compile time) cannot travel in the argument tuple

@@ -495,7 +495,8 @@ def test_gpu_ws_forward_fused_q_matches_the_chained_kernel(persistent):
     """Q quantized in the warp-specialized kernel (`q_raw`, the fast path's default), as a program per item and as
     a persistent grid, whose consumers quantize one item's Q after storing the last one's O and O8 from the same
     shared memory: Q's bytes and scales, O, the statistics and O8 bit-identical to the chained kernel's with fused
-    Q, on clean rows and on rows holding NaN (either sign) or inf (the E4M3 fix's branch, for Q's and O's bytes).
+    Q, on clean rows and beside rows holding NaN (either sign) or inf (their tiles take the E4M3 fix's branch, for Q's
+    and O's bytes; the rows themselves differ by design, below).
     The persistent grid's first version (e4b654c) wrote every odd byte of O8 wrong: ptxas built each stored byte
     pair's second byte from a stale register where the finite and non-finite stores met after a branch
     (`attention_fwd_gluon._store_e4m3`)."""
@@ -514,9 +515,12 @@ def test_gpu_ws_forward_fused_q_matches_the_chained_kernel(persistent):
         base_q, got_q = attention_fwd.fused_q_operand(x), attention_fwd.fused_q_operand(x)
         base = attention_fwd_gluon.forward(base_q, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3, q_raw=x)
         got = attention_fwd_ws.forward(got_q, ops.k, ops.v, True, 128 ** -0.5, True, q_raw=x, persistent=persistent)
-        same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+        # rows whose own Q holds NaN / inf are left out: their diagonal scores are capped at FLT_MAX in this kernel
+        # (its mask as a bias), so such a row can come out finite where the chained kernel's is NaN (docs/kernels.md)
+        rows = torch.isfinite(x).all(-1)
+        same = [torch.equal(bits(a[rows]), bits(b[rows])) for a, b in zip(got, base, strict=True)]
         same_q = torch.equal(bits(got_q.vals), bits(base_q.vals)) and torch.equal(bits(got_q.scale), bits(base_q.scale))
-        o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+        o8_diff = (bits(got[3][rows]) != bits(base[3][rows])).float().mean().item()
         print(f"\nws fused Q persistent={persistent} {'clean' if x is q else 'non-finite'} rows: Q bytes and scales "
               f"{same_q}, (O, lse2, M offset, O8, O scale) bit-identical {same}, O8 bytes differing {o8_diff:.1e}")
         assert same_q and all(same), (same_q, same)
