@@ -326,7 +326,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     config: num_warps / num_stages override, CHAIN (False: a fresh P·V product per tile), "gluon"
     (the sm_90 Gluon kernel of `attention_fwd_gluon` where it applies, with "pipe" and "gluon_stages",
     by default its chained variant; pipe 4 the warp-specialized kernel of `attention_fwd_ws`, with
-    "pingpong" and "persistent"; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
+    "pingpong"; elsewhere this Triton kernel at num_warps / num_stages), and "bm"
     (query rows per program: the tile, or half of it, which with 4 warps holds a quarter of the
     registers and lets two programs share an SM, one's softmax running beside the other's products;
     every row's arithmetic is the same, only the programs' row blocking changes).
@@ -366,12 +366,10 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
-    persistent = config.pop("persistent", attention_fwd_ws.PERSISTENT)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
-                                            q_raw=q_in if q_raw is not None else None, pingpong=pingpong,
-                                            persistent=persistent)
+                                            q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
                                            q_raw=q_in if q_raw is not None else None)
     bm = config.pop("bm", block)

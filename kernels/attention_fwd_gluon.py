@@ -193,9 +193,10 @@ if HAS_GLUON:
     def _store_e4m3(smem, v, finite):
         """v's E4M3 bytes into smem (`_e4m3_bytes`' values): the hardware's bytes, stored again with the fix where
         the tile holds a NaN or ±Inf. Not `if finite: store(a) else: store(b)`: LLVM sinks those two stores into
-        one after the branch, and in the persistent warp-specialized forward (a loop around this) ptxas then built
-        each pair's second byte from a stale register (the SASS's F2FP ... MERGE_C on a value reloaded from the
-        stack: every odd byte of O's fp8 copy wrong on the H200, session 14)."""
+        one after the branch, and in a persistent warp-specialized forward (a loop around this; e4b654c, 3539c43)
+        ptxas then built each pair's second byte from a stale register (the SASS's F2FP ... MERGE_C on a value
+        reloaded from the stack: every odd byte of O's fp8 copy wrong on the H200). Here the finite path's stores
+        are the hardware's byte pairs as before; a tile with a NaN or ±Inf stores twice."""
         smem.store(v.to(gl.float8e4nv))
         if not finite:
             smem.store(_e4m3_bytes(v).to(gl.float8e4nv, bitcast=True))

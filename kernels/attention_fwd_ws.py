@@ -32,7 +32,10 @@ ping-pong off, which measured faster than on (1.840 / 3.187). Written first with
 Nsight Compute on the unserialized kernel: the consumers issue on ~22% of their loop's samples with two math warps
 per scheduler (the chained kernel runs three programs of four warps per SM), stalled mostly on fixed-latency
 dependencies; each program's Q prologue and O epilogue are exposed, one program per SM. A persistent grid whose
-producer runs ahead into the next program's tiles is the next step.
+producer runs ahead into the next program's tiles (session 15, 3539c43 and 07bec27, bit-identical on the H200) was
+slower still: 1.974 ms at 8k against this grid's 1.860 and the chained kernel's 1.710 (3.666 / 3.237 / 3.078 at
+16k), and dealing its items in snake order put spills into the inner loop (1.994 / 2.013 ms); reverted
+(docs/kernels.md, open item 1).
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ if HAS_GLUON:
     from .attention_fwd_gluon import (
         _diag_softmax,
         _finish_rows,
+        _issue_tile,
         _off_softmax,
         _quantize_q_rows,
         _store_o_by_tma,
@@ -64,9 +68,6 @@ PIPE = 4  # `attention_fwd.forward`'s launch option pipe that selects this kerne
 BLOCK = chained.BLOCK  # key tile = token block = head dim; also the program's query rows (two consumers of 64)
 HALF = BLOCK // 2  # one consumer warpgroup's rows (wgmma M = 64)
 STAGES = 3  # K / Vᵀ tiles in the ring: a tile is released a full iteration before the producer needs its stage
-# one program per SM looping over work items, so that an item's Q prologue and O epilogue overlap the producer's loads
-# of the next (Nsight Compute on a program per item: both exposed, one program per SM)
-PERSISTENT = False
 PINGPONG = False  # 1.840 against 1.758 ms at 8k, 3.187 against 3.148 at 16k (session14_mask.sh)
 CONSUMER_REGS = 240  # O, S(t) and P(t - 1) live at once (64 fp32 registers each)
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
@@ -78,42 +79,14 @@ MAXNREG = 168
 if HAS_GLUON:
 
     @gluon.jit
-    def _item(r, heads, n_m, G):
-        """Round r's work item of this program -> (valid, bh, bhk, pid_m). Items are 128 query rows of one head
-        numbered longest causal rows first across every head (w // heads counts the row blocks from the last); in
-        round r the programs take the next grid-size items, in snake order (odd rounds reversed), so that the
-        program drawing the longest item of one round draws the shortest of the next: dealt in the same order every
-        round, program 0 would get ~2 tiles more than the last program each round, ~6% of its work at S = 8k over
-        31 rounds. With a program per item (one round) the chained kernel's order within a head."""
-        p = gl.program_id(0)
-        n_p = gl.num_programs(0)
-        w = r * n_p + p + (r & 1) * (n_p - 1 - 2 * p)
-        bh = w % heads
-        return w < n_m * heads, bh, bh // G, n_m - 1 - w // heads
-
-    @gluon.jit
-    def _producer(kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, S, G, heads,
-                  STAGES: gl.constexpr, BLOCK: gl.constexpr, D: gl.constexpr):
-        """Each of the program's work items' tiles 0 .. n_off into the ring, one ring counter g across items, so the
-        next item's first tiles load while the consumers finish the last one: each stage once both consumers
-        released its previous tile (a fresh mbarrier counts its phase before the first as complete, hence the
-        first wait's parity 1)."""
-        n_m = S // BLOCK
-        g = 0
-        for r in range(0, gl.cdiv(n_m * heads, gl.num_programs(0))):
-            valid, bh, bhk, n_off = _item(r, heads, n_m, G)
-            for t in range(0, gl.where(valid, n_off + 1, 0)):
-                stage = g % STAGES
-                mbarrier.wait(empty.index(stage), ((g // STAGES) & 1) ^ 1)
-                bar = ready.index(stage)
-                mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
-                if t < n_off:  # off the diagonal: the token-block copies; the diagonal tile: the per-token bytes
-                    tma.async_copy_global_to_shared(kb_desc, [bhk * S + t * BLOCK, 0], bar, k_smem.index(stage))
-                    tma.async_copy_global_to_shared(vbt_desc, [bhk * D, t * BLOCK], bar, v_smem.index(stage))
-                else:
-                    tma.async_copy_global_to_shared(k_desc, [bhk * S + t * BLOCK, 0], bar, k_smem.index(stage))
-                    tma.async_copy_global_to_shared(vt_desc, [bhk * D, t * BLOCK], bar, v_smem.index(stage))
-                g += 1
+    def _producer(kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, kv_row, v_row, n_off,
+                  STAGES: gl.constexpr, BLOCK: gl.constexpr):
+        """Tiles 0 .. n_off into the ring: each stage once both consumers released its previous tile (a fresh
+        mbarrier counts its phase before the first as complete, hence the first wait's parity 1)."""
+        for t in range(0, n_off + 1):
+            mbarrier.wait(empty.index(t % STAGES), ((t // STAGES) & 1) ^ 1)
+            _issue_tile(t, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, STAGES,
+                        BLOCK)
 
     @gluon.jit
     def _take_turn(turn, C: gl.constexpr, n, PINGPONG: gl.constexpr):
@@ -127,19 +100,16 @@ if HAS_GLUON:
             mbarrier.arrive(turn.index(1 - C), count=1)
 
     @gluon.jit
-    def _consumer_item(C: gl.constexpr, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn,
-                       q_bar, QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, n_off, g0, nb0, kq,
-                       D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr,
-                       SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr,
-                       PINGPONG: gl.constexpr):
-        """Rows n_off·BLOCK + C·BM .. + BM of one work item: `attention_fwd_gluon`'s chained loop with QKᵀ(t) and
-        P·V(t - 1) issued together and the softmax of tile t under P·V(t - 1). g0: the ring counter of the item's
-        first tile; nb0: the ping-pong's batches before it; kq: the consumer's items before it (Q's phase)."""
+    def _consumer(C: gl.constexpr, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
+                  QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
+                  D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
+                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
+        """Rows diag + C·BM .. + BM of the program: `attention_fwd_gluon`'s chained loop with QKᵀ(t) and
+        P·V(t - 1) issued together and the softmax of tile t under P·V(t - 1)."""
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
         P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)  # fp8 A from registers
         ROW: gl.constexpr = gl.SliceLayout(1, L)
         COL: gl.constexpr = gl.SliceLayout(0, L)
-        diag = n_off * BLOCK
         first = diag + C * BM
         q_s = q_smem.index(C)
         kvb_off = bhk.to(gl.int64) * (S // BLOCK)
@@ -152,15 +122,15 @@ if HAS_GLUON:
             mbarrier.expect(bar, q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], bar, q_s)
             qs = gl.load(QS + bh.to(gl.int64) * S + offs_m) * qk_scale
-            mbarrier.wait(bar, kq & 1)
+            mbarrier.wait(bar, 0)
         m_i = gl.full([BM], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BM], gl.float32, ROW)
         acc = gl.zeros([BM, D], gl.float32, L)
         zero = gl.zeros([BM, BLOCK], gl.float32, L)
         cv = 1.0
 
-        mbarrier.wait(ready.index(g0 % STAGES), (g0 // STAGES) & 1)
-        s = warpgroup_mma(q_s, k_smem.index(g0 % STAGES).permute((1, 0)), zero, use_acc=False, is_async=True)
+        mbarrier.wait(ready.index(0), 0)
+        s = warpgroup_mma(q_s, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         if n_off > 0:
             p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off))
@@ -170,15 +140,15 @@ if HAS_GLUON:
             kbs_next = gl.load(KBS + kvb_off + 1)
             vsb_next = gl.load(VBS + kvb_off + 1)
             for t in range(1, n_off + 1):  # t = n_off: the diagonal tile's scores, under the last P·V
-                stage = (g0 + t) % STAGES
-                prev = (g0 + t - 1) % STAGES
+                stage = t % STAGES
+                prev = (t - 1) % STAGES
                 kbs = kbs_next
                 vsb_t = vsb_next
                 nxt = gl.minimum(t + 1, n_off)
                 kbs_next = gl.load(KBS + kvb_off + nxt)
                 vsb_next = gl.load(VBS + kvb_off + nxt)
-                mbarrier.wait(ready.index(stage), ((g0 + t) // STAGES) & 1)
-                _take_turn(turn, C, nb0 + t - 1, PINGPONG)
+                mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+                _take_turn(turn, C, t - 1, PINGPONG)
                 s = warpgroup_mma(q_s, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by a loop is unpacked to a
                 # byte per register (attention_fwd_gluon, pipe 1)
@@ -196,7 +166,7 @@ if HAS_GLUON:
         acc = acc * cv  # true units for the per-token diagonal product
 
         # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i)
-        stage = (g0 + n_off) % STAGES
+        stage = n_off % STAGES
         cols = diag + gl.arange(0, BLOCK, layout=COL)
         ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
         vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
@@ -206,64 +176,48 @@ if HAS_GLUON:
         x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
         pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
         pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-        mbarrier.arrive(empty.index(stage), count=1)  # the producer may be on the next item already
         acc = acc * alpha[:, None] + pv * r[:, None]
 
         if FUSE_Q:
             tma.store_wait(0)  # Q's bytes have left q_s before O's fp8 copy reuses it
         o = _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m)
         _store_o_by_tma(o, o_smem.index(C), q_s, o_desc, o8_desc, OS, bh, S, first, offs_m, SAVE_O8, TINY)
-        # the issuing thread's store wait covers its warpgroup before the next item writes q_s and o_s again
-        gl.thread_barrier()
-
-    @gluon.jit
-    def _consumer(C: gl.constexpr, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
-                  QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads,
-                  D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
-        """The program's work items in turn (`_item`), with the producer's ring counter kept alongside."""
-        n_m = S // BLOCK
-        g = 0
-        nb = 0
-        kq = 0
-        for r in range(0, gl.cdiv(n_m * heads, gl.num_programs(0))):
-            valid, bh, bhk, n_off = _item(r, heads, n_m, G)
-            if valid:
-                _consumer_item(C, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
-                               QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, n_off, g, nb, kq, D,
-                               BLOCK, BM, STAGES, SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)
-                g += n_off + 1
-                nb += n_off
-                kq += 1
 
     # one thin entry per consumer: a partition's arguments reach it as values, so its index C (a constexpr: it picks
     # the shared-memory slices and the turn barriers at compile time) cannot travel in the argument tuple
     @gluon.jit
     def _consumer0(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
-                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads,
+                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                    SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
         _consumer(0, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
-                  KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads, D, BLOCK, BM, STAGES, SAFE, SAVE_O8,
-                  TINY, FUSE_Q, PINGPONG)
+                  KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
 
     @gluon.jit
     def _consumer1(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
-                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads,
+                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                    SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
         _consumer(1, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
-                  KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads, D, BLOCK, BM, STAGES, SAFE, SAVE_O8,
-                  TINY, FUSE_Q, PINGPONG)
+                  KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
 
     @gluon.jit
     def _fwd_ws_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, OS,
-                       LSE2, MOFF, qk_scale, S, G, heads, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+                       LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                        STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                        FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        PRODUCER_REGS: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         gl.static_assert(2 * BM == BLOCK, "the two consumers' rows share one diagonal tile")
+        n_m = gl.num_programs(0)
+        pid_m = n_m - 1 - gl.program_id(0)  # longest causal rows first
+        bh = gl.program_id(1)
+        bhk = bh // G
+        diag = pid_m * BLOCK
+        n_off = pid_m  # off-diagonal key tiles; tile n_off is the diagonal one
+
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BM, D], q_desc.layout)
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BM, D], o_desc.layout)
         k_smem = gl.allocate_shared_memory(kb_desc.dtype, [STAGES, BLOCK, D], kb_desc.layout)
@@ -278,16 +232,18 @@ if HAS_GLUON:
         for i in gl.static_range(2):
             mbarrier.init(turn.index(i), count=1)
             mbarrier.init(q_bar.index(i), count=1)
+        kv_row = bhk * S  # K's rows in the [B·Hkv·S, D] view
+        v_row = bhk * D  # Vᵀ's rows in the [B·Hkv·D, S] view
         # the argument tuples written out twice: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer0, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
-                          KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads, D, BLOCK, BM, STAGES, SAFE,
-                          SAVE_O8, TINY, FUSE_Q, PINGPONG)),
+                          KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
             (_consumer1, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
-                          KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, G, heads, D, BLOCK, BM, STAGES, SAFE,
-                          SAVE_O8, TINY, FUSE_Q, PINGPONG)),
-            (_producer, (kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, S, G, heads, STAGES,
-                         BLOCK, D))],
+                          KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
+            (_producer, (kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, kv_row, v_row, n_off, STAGES,
+                         BLOCK))],
                            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -297,8 +253,7 @@ def kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale: float) -> 
     seq = q.vals.shape[-2]
     return (*chained.descriptors(q, k, v), *chained.out_descriptors(o, o8, q.vals),
             q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale, v.off.scale, o_scale, lse2,
-            moff, sm_scale * 1.4426950408889634, seq, q.vals.shape[1] // k.vals.shape[1],
-            q.vals.shape[0] * q.vals.shape[1])
+            moff, sm_scale * 1.4426950408889634, seq, q.vals.shape[1] // k.vals.shape[1])
 
 
 def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG) -> dict:
@@ -308,10 +263,9 @@ def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAG
 
 @torch.compiler.disable  # as attention_fwd_gluon.forward: a Gluon launch, not traced
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, pingpong: bool = PINGPONG, persistent: bool = PERSISTENT):
+            q_raw: torch.Tensor | None = None, pingpong: bool = PINGPONG):
     """`attention_fwd_gluon.forward` (same arguments and outputs) on the warp-specialized kernel. stages: the
-    K / Vᵀ ring, 2 to 4 (one program per SM); persistent: a program per SM taking every n-th work item (`_item`),
-    else a program per item (128 query rows of one head)."""
+    K / Vᵀ ring, 2 to 4 (one program per SM)."""
     stages = STAGES if stages is None else stages
     if stages not in (2, 3, 4):
         raise ValueError(f"warp-specialized forward stages={stages}: allowed 2, 3, 4 (one program per SM)")
@@ -324,9 +278,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, stages: i
     moff = torch.empty(b, hq, seq, dtype=torch.int8, device=dev)
     o8 = torch.empty(o.shape, dtype=torch.float8_e4m3fn, device=dev) if save_o8 else None
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
-    items = seq // BLOCK * b * hq
-    programs = min(items, torch.cuda.get_device_properties(dev).multi_processor_count) if persistent else items
-    _fwd_ws_kernel[(programs,)](
+    _fwd_ws_kernel[(seq // BLOCK, b * hq)](
         *kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale),
         **constexprs(safeguards, save_o8, q_raw is not None, stages, pingpong), num_warps=4, maxnreg=MAXNREG,
     )

@@ -225,11 +225,10 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     if pipe == W.PIPE:  # the warp-specialized kernel: one program of 128 rows per SM, its own constants
         stages = cfg.get("gluon_stages") or W.STAGES
         pingpong = cfg.get("pingpong", W.PINGPONG)
-        ws_kinds = kinds[:6] + kinds[8:] + ["i32"]  # no O / O8 pointers (it writes them by TMA only); heads
+        ws_kinds = kinds[:6] + kinds[8:]  # no O / O8 pointers: it writes them by TMA only
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, ws_kinds,
                              W.constexprs(safeguards, True, fuse_q, stages, pingpong),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
-        # one kernel for both grids (`persistent` only sizes the launch)
         label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,

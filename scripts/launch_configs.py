@@ -16,7 +16,7 @@ imports them when it runs).
                previous P·V or nothing in flight during the softmax; :ws the warp-specialized kernel
                (attention_fwd_ws: a TMA producer warp, two consumer warpgroups of 64 rows), :pp / :nopp with or
                without (its default) the ping-pong between the consumers, :ws2 / :ws4 its ring at 2 / 4 stages
-               (default 3), :persist one program per SM looping over the work items
+               (default 3)
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
       :pre     backward: read bf16 copies of Q, K, the scaled dO and V's rows (pre; fp8 operands)
@@ -37,8 +37,7 @@ from pathlib import Path
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
-          "pp": ("pingpong", True), "nopp": ("pingpong", False), "persist": ("persistent", True),
-          "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
+          "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
           "gluondq": ("gluon_dq", 64), "gluondq32": ("gluon_dq", 32),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),

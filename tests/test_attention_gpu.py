@@ -451,8 +451,7 @@ def test_gpu_gluon_forward_through_the_launch_option():
     assert calls == [1]  # the causal call only
 
 
-WS_VARIANTS = {"x3": (3, False, False), "x2": (2, False, False), "x4": (4, False, False),
-               "x3 pingpong": (3, True, False), "x3 persistent": (3, False, True), "x4 persistent": (4, False, True)}
+WS_VARIANTS = {"x3": (3, False), "x2": (2, False), "x4": (4, False), "x3 pingpong": (3, True)}
 
 
 @pytest.mark.parametrize("safeguards", [True, False])
@@ -460,8 +459,7 @@ WS_VARIANTS = {"x3": (3, False, False), "x2": (2, False, False), "x4": (4, False
 def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     """The warp-specialized forward (attention_fwd_ws: a TMA producer warp, two consumer warpgroups) runs each
     64-row half through the chained Gluon kernel's operations (pipe 3), only waited for in another order (GQA,
-    B > 1, S = 15 tiles; the ring at 2-4 stages, the consumers' ping-pong off (the default) or on, a program per
-    work item or a persistent grid of one per SM (240 items on 132 SMs: programs run one to two), Q through the
+    B > 1, S = 15 tiles; the ring at 2-4 stages, the consumers' ping-pong off (the default) or on, Q through the
     pre-pass).
     Measured on the H200: every output bit-identical (bc9dd2f); with the diagonal mask as a `where` (b435387) O was
     1.0e-5 apart with safeguards and lse2 within 1e-6 (ptxas contracted a few multiply-adds differently), hence
@@ -470,13 +468,13 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    stages, pingpong, persistent = WS_VARIANTS[variant]
+    stages, pingpong = WS_VARIANTS[variant]
     spec = AttentionSpec.parse("fp8")
     q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=31)
     ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
     base = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, pipe=3)
     got = attention_fwd_ws.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, stages=stages,
-                                   pingpong=pingpong, persistent=persistent)
+                                   pingpong=pingpong)
     bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
     same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
     o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
@@ -490,16 +488,13 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     assert _rel(got[0], ref) <= _tol("fp8")
 
 
-@pytest.mark.parametrize("persistent", [False, True])
-def test_gpu_ws_forward_fused_q_matches_the_chained_kernel(persistent):
-    """Q quantized in the warp-specialized kernel (`q_raw`, the fast path's default), as a program per item and as
-    a persistent grid, whose consumers quantize one item's Q after storing the last one's O and O8 from the same
-    shared memory: Q's bytes and scales, O, the statistics and O8 bit-identical to the chained kernel's with fused
+def test_gpu_ws_forward_fused_q_matches_the_chained_kernel():
+    """Q quantized in the warp-specialized kernel (`q_raw`, the fast path's default): Q's bytes and scales, O, the statistics and O8 bit-identical to the chained kernel's with fused
     Q, on clean rows and beside rows holding NaN (either sign) or inf (their tiles take the E4M3 fix's branch, for Q's
     and O's bytes; the rows themselves differ by design, below).
-    The persistent grid's first version (e4b654c) wrote every odd byte of O8 wrong: ptxas built each stored byte
-    pair's second byte from a stale register where the finite and non-finite stores met after a branch
-    (`attention_fwd_gluon._store_e4m3`)."""
+    A persistent grid of this kernel (session 15, 3539c43) passed it only once the byte stores were rewritten:
+    its first version wrote every odd byte of O8 wrong, ptxas building each stored pair's second byte from a stale
+    register where the finite and non-finite stores met after a branch (`attention_fwd_gluon._store_e4m3`)."""
     from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon, attention_fwd_ws
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
@@ -514,20 +509,20 @@ def test_gpu_ws_forward_fused_q_matches_the_chained_kernel(persistent):
         ops = prepare_forward(x, k, v, spec, True, QZ, 128, v_transposed=True)
         base_q, got_q = attention_fwd.fused_q_operand(x), attention_fwd.fused_q_operand(x)
         base = attention_fwd_gluon.forward(base_q, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3, q_raw=x)
-        got = attention_fwd_ws.forward(got_q, ops.k, ops.v, True, 128 ** -0.5, True, q_raw=x, persistent=persistent)
+        got = attention_fwd_ws.forward(got_q, ops.k, ops.v, True, 128 ** -0.5, True, q_raw=x)
         # rows whose own Q holds NaN / inf are left out: their diagonal scores are capped at FLT_MAX in this kernel
         # (its mask as a bias), so such a row can come out finite where the chained kernel's is NaN (docs/kernels.md)
         rows = torch.isfinite(x).all(-1)
         same = [torch.equal(bits(a[rows]), bits(b[rows])) for a, b in zip(got, base, strict=True)]
         same_q = torch.equal(bits(got_q.vals), bits(base_q.vals)) and torch.equal(bits(got_q.scale), bits(base_q.scale))
         o8_diff = (bits(got[3][rows]) != bits(base[3][rows])).float().mean().item()
-        print(f"\nws fused Q persistent={persistent} {'clean' if x is q else 'non-finite'} rows: Q bytes and scales "
+        print(f"\nws fused Q, {'clean' if x is q else 'non-finite'} rows: Q bytes and scales "
               f"{same_q}, (O, lse2, M offset, O8, O scale) bit-identical {same}, O8 bytes differing {o8_diff:.1e}")
         assert same_q and all(same), (same_q, same)
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan")])
-@pytest.mark.parametrize("kernel", ["chained", "ws", "ws persistent"])
+@pytest.mark.parametrize("kernel", ["chained", "ws"])
 def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad):
     """The diagonal tile's mask holds for any future score: a key at t + 1 set to +inf or NaN (its per-token scale
     inf or NaN, so its scores too) leaves rows <= t of O, lse2 and O8 bit-identical, t inside a diagonal tile. The
@@ -540,9 +535,7 @@ def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad)
     spec, t = AttentionSpec.parse("fp8"), 300
     q, k, v, _ = _inputs(1, 4, 4, 1024, 128, seed=41)
     run = {"chained": lambda ops: attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3),
-           "ws": lambda ops: attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True),
-           "ws persistent": lambda ops: attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True,
-                                                                 persistent=True)}[kernel]
+           "ws": lambda ops: attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True)}[kernel]
     clean = run(prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True))
     k_bad = k.clone()
     k_bad[:, :, t + 1, :5] = bad
@@ -554,8 +547,7 @@ def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad)
     assert all(same), same
 
 
-@pytest.mark.parametrize("persistent", [False, True])
-def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch, persistent):
+def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     """flamia_attention's fwd + bwd with the forward on the warp-specialized kernel (launch pipe 4, Q quantized in
     the kernel) against the default chained Gluon forward: the backward reads the forward's saved bytes (Q8, O8,
     the row statistics), so O and the gradients follow the forward (bit-identical at bc9dd2f, 3.4e-6 at ba035ca)."""
@@ -564,8 +556,7 @@ def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch, pers
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
     base = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
     fwd = attention_fwd.launch_config
-    monkeypatch.setattr(attention_fwd, "launch_config",
-                        lambda d, emulated: {**fwd(d, emulated), "pipe": 4, "persistent": persistent})
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "pipe": 4})
     calls = _spy(monkeypatch, attention_fwd_ws, "forward")
     got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
     assert calls, "the warp-specialized forward never ran"
