@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import torch
 
-from . import attention_bwd_gluon
+from . import attention_bwd_gluon, attention_dkdv_ws
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
@@ -409,7 +409,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     k.off and v.off may be ``deferred`` (`attention_operands.OffDiagonal`): pre re-quantizes them within the
     copies, any other launch computes them first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
-    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch);
+    "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch), with
+    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
     """
     b, hq, seq, d = q.vals.shape
@@ -427,6 +428,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         k, v = materialize_off_diagonal(k, QZ), materialize_off_diagonal(v, QZ)
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
+    ws_dkdv = config.pop("ws_dkdv", False)
     gluon_dq = config.pop("gluon_dq", 0)
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
@@ -490,8 +492,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     # the fold's row factors: read by Triton programs narrower than the tile and by the Gluon kernel at any width
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block or on_gluon else (moff, moff)
     if on_gluon and which != "dq":
-        dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile,
-                                          safeguards, sm_scale)
+        dkdv = attention_dkdv_ws.dkdv if ws_dkdv else attention_bwd_gluon.dkdv
+        dk, dv = dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile, safeguards, sm_scale)
     elif which != "dq" or fuse:
         _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, vr, vbr, *scalars, BN=bn,
                                            BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,

@@ -250,23 +250,34 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(safeguards: bool) -> dict:
-    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch)."""
+def gluon_dkdv_report(safeguards: bool, ws: bool = False) -> dict:
+    """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
+    ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
+    consumer warpgroup holding 2 × that − the producer's)."""
     import torch
 
     _import_kernels()
     from flamia_kernels import attention_bwd_gluon as G
+    from flamia_kernels import attention_dkdv_ws as W
 
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, seq = _gluon_backward_operands(G)
     consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
+    kernel, options = G._dkdv_gluon_kernel, {"num_warps": G.warps_for(G.BN)}
+    if ws:
+        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(safeguards), {**options, "maxnreg": W.MAXNREG}
     stats = torch.empty(1, G.STATS_ROWS, seq)
-    ptx = _compile_gluon(G._dkdv_gluon_kernel,
-                         G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
-                         ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts,
-                         {"num_warps": G.warps_for(G.BN)})
-    return {"config": f"{G.warps_for(G.BN)}x{G.STAGES}x{G.BM}:bn{G.BN}:pre:gluon", **ptxas_report(ptx),
-            "mma": mma_kinds(ptx)}
+    ptx = _compile_gluon(kernel, G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
+                         ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, options)
+    return {"config": f"{G.warps_for(G.BN)}x{G.STAGES}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else ""),
+            **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+
+
+def _bwd_gluon_width() -> int:
+    _import_kernels()
+    from flamia_kernels import attention_bwd_gluon as G
+
+    return G.BN
 
 
 def gluon_dq_report(bn: int) -> dict:
@@ -327,6 +338,8 @@ def main(argv=None) -> int:
                 reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True)]
             elif kernel == "dkdv_gluon":
                 reports = [(gluon_dkdv_report(not args.leaky), True)]
+                if _bwd_gluon_width() == 64:  # the warp-specialized form is written for one warpgroup of 64 keys
+                    reports.append((gluon_dkdv_report(not args.leaky, True), False))
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

@@ -3,6 +3,7 @@ and the host time to enqueue the call.
 
     python scripts/launch_gaps.py                 # S = 8k, B×H = 4×16, D = 128: forward (no_grad), training fwd+bwd
     python scripts/launch_gaps.py --seq 16384 --calls 5
+    python scripts/launch_gaps.py --launch ws.json   # under launch options ({"fwd": {...}, "bwd": {...}})
 
 Why: a forward is four kernels (K's and Vᵀ's key-side passes, the attention kernel, Q quantized in it) that
 take ~1.8 ms on the GPU, against one cuDNN kernel; scripts/bench_attention.py times a call from its first
@@ -21,6 +22,7 @@ import time
 import torch
 from bench_attention import shape_for
 from flamia_kernels import flamia_attention
+from launch_configs import launch_overrides, load_launch
 
 
 def host_ms(fn, calls: int) -> float:
@@ -77,6 +79,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--launch", type=load_launch, default=None,
+                    help="JSON {\"fwd\": {...}, \"bwd\": {...}} of launch options for every fp8 call")
     args = ap.parse_args()
     b, h, s, d = shape_for(args.seq, 128)
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -95,10 +99,11 @@ def main() -> None:
         with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    print(f"B={b} H={h} S={s} D={d}", flush=True)
-    report("fp8 forward (no_grad)", forward, args.calls)
-    report("cuDNN forward (no_grad)", cudnn, args.calls)
-    report("fp8 training step (fwd+bwd)", train_step, args.calls)
+    print(f"B={b} H={h} S={s} D={d}" + (f", launch {args.launch}" if args.launch else ""), flush=True)
+    with launch_overrides(args.launch):
+        report("fp8 forward (no_grad)", forward, args.calls)
+        report("cuDNN forward (no_grad)", cudnn, args.calls)
+        report("fp8 training step (fwd+bwd)", train_step, args.calls)
 
 
 if __name__ == "__main__":

@@ -610,6 +610,29 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     assert all(e <= 1e-5 for e in errs.values()) and all(g.abs().sum() > 0 for g in got[1:])
 
 
+@pytest.mark.parametrize("safeguards", [True, False])
+@pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640)])
+def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
+    """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv": a TMA producer warp, the
+    consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK and dV the same
+    bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no off-diagonal
+    sub-tile), with the safeguards on and off."""
+    from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(*shape, 128, seed=53)
+    args = backward_args(spec, q, k, v, do, safeguards=safeguards, sm_scale=128 ** -0.5)
+    base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
+    want = attention_bwd.backward(*args, config=dict(base))
+    calls = _spy(monkeypatch, attention_dkdv_ws, "dkdv")
+    got = attention_bwd.backward(*args, config={**base, "ws_dkdv": True})
+    assert calls, "the warp-specialized dK/dV kernel never ran"
+    same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
+    errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
+    print(f"\nws dK/dV {shape} safeguards={safeguards}: rel-L2 vs the Gluon kernel {errs}, bit-identical {same}")
+    assert all(same) and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
+
+
 @pytest.mark.parametrize("bn", [64, 32])
 def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)

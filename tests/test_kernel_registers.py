@@ -86,16 +86,18 @@ def test_ws_forward_compiles_for_sm90():
 
 
 def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
-    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon): compiles, uses FP8 wgmma for S and dP and bf16
-    for dV and dK, and ptxas keeps them asynchronous. An accumulator in flight across the loop's back edge
+    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon) and its warp-specialized form (attention_dkdv_ws):
+    compile, use FP8 wgmma for S and dP and bf16 for dV and dK, and ptxas keeps them asynchronous. An accumulator in flight across the loop's back edge
     made ptxas serialize every wgmma of the kernel (C7514) in its first version: this catches that."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dkdv_gluon", "--mma"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    assert len(row) == 1 and "4x3x32:bn64:pre:gluon (default)" in row[0], out.stdout
+    assert len(row) == 2 and "4x3x32:bn64:pre:gluon (default)" in row[0], out.stdout
     assert 0 < int(row[0].split()[-3]) <= 255, row
+    # the warp-specialized form (attention_dkdv_ws): within its launch's 128 (two programs per SM), unserialized
+    assert "4x3x32:bn64:pre:gluon:wsdkdv" in row[1] and 0 < int(row[1].split()[-3]) <= 128, row
     assert "serialized" not in out.stdout, out.stdout
     assert "m64n32k32.f32.e4m3.e4m3" in out.stdout and "m64n128k16.f32.bf16.bf16" in out.stdout, out.stdout
 

@@ -1,0 +1,265 @@
+"""FLAMIA dK/dV kernel for sm_90, warp-specialized: `attention_bwd_gluon`'s dK/dV with a TMA producer warp.
+
+The Gluon dK/dV kernel spends a 32-query sub-tile's 434 sm_90 instructions (its off-diagonal loop, per thread) on
+16 score and 16 dP elements per thread, four products, and a fixed share: the TMA issue of the sub-tile's five copies
+(~130 instructions of descriptor arithmetic, `ELECT`, `UTMALDG`, and the CTA barriers Triton's membar pass puts
+around them), the statistics' shared loads, the waits. Session 10 measured that this fixed work, not the products,
+sets the backward's pace (docs/kernels.md, open item 1). Here a producer warp (24 registers by `setmaxnreg`) issues
+every TMA copy into a ring of stages, each stage released by the consumer through an mbarrier once the products
+reading it have retired, and the consumer warpgroup (232 registers, two programs per SM as before) only waits,
+multiplies and issues products:
+
+- the producer loads K's and V's per-token rows, then each diagonal sub-tile's Q8, dO8, QB and statistics; once the
+  consumer has retired every product on the per-token rows (`kv_free`), the token-block copies into the same shared
+  memory, then each off-diagonal sub-tile's copies with dO's scaled rows (DOB);
+- the consumer runs `attention_bwd_gluon._dkdv_gluon_kernel`'s arithmetic, operation for operation (the same
+  products, shapes and elementwise expressions, the off-diagonal loop's Sᵀ and dPᵀ of sub-tile j + 1 in flight over
+  the elementwise work of j), so dK and dV are the same bits (a GPU test compares them).
+
+Launch option "ws_dkdv" of `attention_bwd.backward` (scripts' `:wsdkdv`), not the default until measured faster.
+Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
+(tests/test_kernel_registers.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import attention_bwd_gluon as fused
+from ._triton_env import HAS_GLUON
+from .attention_bwd_copies import STATS_ROWS
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    from .attention_bwd_gluon import _dst_bf16, _fresh_products, _off_operands, _query_stats
+
+BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
+PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
+# two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
+# which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
+MAXNREG = 128
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _produce(c, row, st_col, descs, smems, ready, empty, STAGES: gl.constexpr, WITH_DOB: gl.constexpr):
+        """Sub-tile c of the program (rows `row`.. of the [B·Hq·S, D] views) into stage c % STAGES once the consumer
+        has released that stage's previous sub-tile (a fresh mbarrier counts the phase before its first as
+        complete, hence parity 1 on the first round): Q8, dO8, QB, the statistics and (WITH_DOB) DOB."""
+        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
+        q_s, do_s, qb_s, dob_s, st_s = smems
+        stage = c % STAGES
+        mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)
+        bar = ready.index(stage)
+        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
+                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
+        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        tma.async_copy_global_to_shared(st_desc, st_col, bar, st_s.index(stage))
+        if WITH_DOB:
+            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
+
+    @gluon.jit
+    def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G,
+                  BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
+                  STATS_ROWS: gl.constexpr):
+        """Every TMA copy of the program, in the consumer's order (`_consumer`)."""
+        k_desc, kb_desc, vr_desc, vbr_desc = kv_descs
+        first = gl.program_id(0) * BN
+        bhk = gl.program_id(1)
+        t = first // TB
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_ready, k_s)
+        tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_ready, v_s)
+        c = 0
+        n_diag = ((t + 1) * TB - first) // BM
+        for g in range(G):
+            bh = bhk * G + g
+            for j in range(n_diag):
+                lo = first + j * BM
+                _produce(c, bh * S + lo, [bh * STATS_ROWS, lo], descs, smems, ready, empty, STAGES, False)
+                c += 1
+        # the token-block copies replace the per-token rows once no product reads those
+        mbarrier.wait(kv_free, 0)
+        mbarrier.expect(kv_ready, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_ready, k_s)
+        tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_ready, v_s)
+        lo0 = (t + 1) * TB
+        for g in range(G):
+            bh = bhk * G + g
+            for j in range((S - lo0) // BM):
+                lo = lo0 + j * BM
+                _produce(c, bh * S + lo, [bh * STATS_ROWS, lo], descs, smems, ready, empty, STAGES, True)
+                c += 1
+
+    @gluon.jit
+    def _release(empty, stage):
+        """The consumer is done with a stage: its statistics' plain shared loads (generic proxy) ordered before the
+        producer's next TMA (async proxy) overwrites them, then the stage's mbarrier."""
+        fence_async_shared()
+        mbarrier.arrive(empty.index(stage), count=1)
+
+    @gluon.jit
+    def _consumer(smems, k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale,
+                  sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
+                  STAGES: gl.constexpr, SAFE: gl.constexpr):
+        """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
+        for in its ring stage and the stage released once the products reading it have retired."""
+        q_s, do_s, qb_s, dob_s, st_s = smems
+        NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
+        S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
+        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
+        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        KEY: gl.constexpr = gl.SliceLayout(1, S_L)
+        QRY: gl.constexpr = gl.SliceLayout(0, S_L)
+        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NW, 1], [1, 0])  # the diagonal's dO rows
+
+        first = gl.program_id(0) * BN
+        bhk = gl.program_id(1)
+        t = first // TB
+        rb = bhk.to(gl.int64) * (S // TB) + t
+        offs_n = first + gl.arange(0, BN, layout=KEY)
+        kv_offs = bhk.to(gl.int64) * S + offs_n
+        ks = gl.load(KS + kv_offs)
+        vs = gl.load(VS + kv_offs)
+        dk = gl.zeros([BN, D], gl.float32, O_L)
+        dv = gl.zeros([BN, D], gl.float32, O_L)
+        zero = gl.zeros([BN, BM], gl.float32, S_L)
+        mbarrier.wait(kv_ready, 0)
+        c = 0
+        n_diag = ((t + 1) * TB - first) // BM
+        for g in range(G):
+            for j in range(n_diag):
+                stage = c % STAGES
+                start_m = first + j * BM
+                offs_m = start_m + gl.arange(0, BM, layout=QRY)
+                if SAFE:  # the fold's row factor: max of s_v over the tile's keys j <= i
+                    r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
+                else:  # leaky: the whole tile
+                    r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
+                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
+                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+                st = st * (ks[:, None] * (qs * qk_scale)[None, :])
+                keep = offs_n[:, None] <= offs_m[None, :]
+                st = gl.where(keep, st, float("-inf"))
+                pt = gl.exp2(st - (m - 8.0)[None, :])
+                xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
+                pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+                # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
+                w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
+                do_rows = do_s.index(stage).load(BLK).to(gl.float32)
+                dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
+                fence_async_shared()
+                gl.thread_barrier()
+                ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
+                dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
+                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                _release(empty, stage)
+                c += 1
+        # the diagonal's V fold undone (off it, P carries no V scale)
+        dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
+        mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
+
+        # off the diagonal: the token-block copies
+        kbs = gl.load(KBS + rb)
+        vbs = gl.load(VBS + rb)
+        mbarrier.wait(kv_ready, 1)
+        n_off = (S - (t + 1) * TB) // BM
+        for g in range(G):
+            if n_off > 0:
+                stage = c % STAGES
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
+                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+                for j in range(0, n_off - 1):
+                    stage = (c + j) % STAGES
+                    nxt = (c + j + 1) % STAGES
+                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
+                    st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
+                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                    dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                    dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                    # everything retires here: an accumulator in flight across the loop's back edge makes ptxas
+                    # serialize every wgmma (C7514), as in the fused kernel
+                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
+                    _release(empty, stage)
+                j = n_off - 1
+                stage = (c + j) % STAGES
+                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+                dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                _release(empty, stage)
+                c += n_off
+
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(DV + rows, dv.to(gl.bfloat16))
+        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+
+    @gluon.jit
+    def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
+                        VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                        BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
+                        STATS_ROWS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+        v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
+        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
+        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
+        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
+        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
+        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(kv_ready, count=1)
+        mbarrier.init(kv_free, count=1)
+        # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
+        gl.warp_specialize([
+            (_consumer, ((q_s, do_s, qb_s, dob_s, st_s), k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS,
+                         VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, SAFE)),
+            (_producer, ((q_desc, do_desc, qb_desc, dob_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
+                         (q_s, do_s, qb_s, dob_s, st_s), k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
+                         STAGES, STATS_ROWS))],
+            [1], [PRODUCER_REGS])
+
+
+def constexprs(safeguards: bool) -> dict:
+    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, STATS_ROWS=STATS_ROWS,
+                PRODUCER_REGS=PRODUCER_REGS)
+
+
+@torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
+def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
+    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel."""
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    qb, dob, _, _, vr, vbr = copies
+    dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    dv = torch.empty_like(dk)
+    _dkdv_ws_kernel[(seq // BN, b * hkv)](
+        *fused.descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag,
+        r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(safeguards),
+        num_warps=fused.warps_for(BN), maxnreg=MAXNREG,
+    )
+    return dk, dv
