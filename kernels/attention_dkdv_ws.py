@@ -139,7 +139,7 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 0)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
-        for g in range(G):
+        for _g in range(G):  # the query heads sharing this K / V head, in the producer's order
             for j in range(n_diag):
                 stage = c % STAGES
                 start_m = first + j * BM
@@ -179,7 +179,7 @@ if HAS_GLUON:
         vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
-        for g in range(G):
+        for _g in range(G):
             if n_off > 0:
                 stage = c % STAGES
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)

@@ -489,9 +489,10 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
 
 
 def test_gpu_ws_forward_fused_q_matches_the_chained_kernel():
-    """Q quantized in the warp-specialized kernel (`q_raw`, the fast path's default): Q's bytes and scales, O, the statistics and O8 bit-identical to the chained kernel's with fused
-    Q, on clean rows and beside rows holding NaN (either sign) or inf (their tiles take the E4M3 fix's branch, for Q's
-    and O's bytes; the rows themselves differ by design, below).
+    """Q quantized in the warp-specialized kernel (`q_raw`, the fast path's default): Q's bytes and scales, O, the
+    statistics and O8 bit-identical to the chained kernel's with fused Q, on clean rows and beside rows holding NaN
+    (either sign) or inf (their tiles take the E4M3 fix's branch, for Q's and O's bytes; the rows themselves differ
+    by design, below).
     A persistent grid of this kernel (session 15, 3539c43) passed it only once the byte stores were rewritten:
     its first version wrote every odd byte of O8 wrong, ptxas building each stored pair's second byte from a stale
     register where the finite and non-finite stores met after a branch (`attention_fwd_gluon._store_e4m3`)."""

@@ -87,8 +87,9 @@ def test_ws_forward_compiles_for_sm90():
 
 def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
     """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon) and its warp-specialized form (attention_dkdv_ws):
-    compile, use FP8 wgmma for S and dP and bf16 for dV and dK, and ptxas keeps them asynchronous. An accumulator in flight across the loop's back edge
-    made ptxas serialize every wgmma of the kernel (C7514) in its first version: this catches that."""
+    compile, use FP8 wgmma for S and dP and bf16 for dV and dK, and ptxas keeps them asynchronous. An accumulator
+    in flight across the loop's back edge made ptxas serialize every wgmma of the kernel (C7514) in its first
+    version: this catches that."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dkdv_gluon", "--mma"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
