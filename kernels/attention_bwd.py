@@ -363,13 +363,16 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     another launch) the Triton kernel. gluon_dq = 32 (fast path's default): on sm_90 the dQ kernel of
     `attention_bwd_gluon` too (TMA stages of 32 keys, three programs per SM), bit-identical to the Triton
     dQ kernel: 2.728 against 2.895 ms at S = 8k, B×H = 64, copies included (688226c; 2.749 with
-    64-key sub-tiles)."""
+    64-key sub-tiles). ws_dkdv (fast path's default): that dK/dV kernel warp-specialized (`attention_dkdv_ws`, a
+    TMA producer warp), the same bits: 3848 / 4097 against 4262 / 4355 µs at S = 8k, B×H = 64, two rounds
+    (session 15, fa1d110); the dQ kernel stays as it is (a producer warp there would cost it a program per SM:
+    ptxas wants a kernel-wide register target of at least 94 for its dQ product, C7602)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
-                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "gluon_dq": 32}
+                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 

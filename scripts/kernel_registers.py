@@ -337,9 +337,11 @@ def main(argv=None) -> int:
             if kernel == "dq_gluon":  # (report, is the default launch)
                 reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True)]
             elif kernel == "dkdv_gluon":
-                reports = [(gluon_dkdv_report(not args.leaky), True)]
-                if _bwd_gluon_width() == 64:  # the warp-specialized form is written for one warpgroup of 64 keys
-                    reports.append((gluon_dkdv_report(not args.leaky, True), False))
+                # the warp-specialized form (the fast path's default) is written for one warpgroup of 64 keys
+                ws = _bwd_gluon_width() == 64
+                reports = [(gluon_dkdv_report(not args.leaky), not ws)]
+                if ws:
+                    reports.append((gluon_dkdv_report(not args.leaky, True), True))
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

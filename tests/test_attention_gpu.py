@@ -590,8 +590,8 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
 
 @pytest.mark.parametrize("safeguards", [True, False])
 def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
-    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon", the fast path's
-    default) against the Triton dK/dV kernel at the fast path's launch: the same products and
+    """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon"; the fast path's default runs it
+    warp-specialized, attention_dkdv_ws, compared with it below) against the Triton dK/dV kernel at the fast path's launch: the same products and
     elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's V fold, safeguards on
     and off)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
@@ -603,7 +603,7 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     assert base["gluon"] is True  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "gluon": False})
     calls = _spy(monkeypatch, attention_bwd_gluon, "dkdv")
-    got = attention_bwd.backward(*args, config={**base, "gluon": True})
+    got = attention_bwd.backward(*args, config={**base, "gluon": True, "ws_dkdv": False})
     assert calls, "the Gluon dK/dV kernel never ran"
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
@@ -614,8 +614,8 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
 @pytest.mark.parametrize("safeguards", [True, False])
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640)])
 def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
-    """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv": a TMA producer warp, the
-    consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK and dV the same
+    """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv", the fast path's default: a TMA
+    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK and dV the same
     bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no off-diagonal
     sub-tile), with the safeguards on and off."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
@@ -624,9 +624,10 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     q, k, v, do = _inputs(*shape, 128, seed=53)
     args = backward_args(spec, q, k, v, do, safeguards=safeguards, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
-    want = attention_bwd.backward(*args, config=dict(base))
+    assert base["ws_dkdv"] is True  # the fast path's default
+    want = attention_bwd.backward(*args, config={**base, "ws_dkdv": False})
     calls = _spy(monkeypatch, attention_dkdv_ws, "dkdv")
-    got = attention_bwd.backward(*args, config={**base, "ws_dkdv": True})
+    got = attention_bwd.backward(*args, config=base)
     assert calls, "the warp-specialized dK/dV kernel never ran"
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
