@@ -16,9 +16,9 @@ multiplies and issues products:
   products, shapes and elementwise expressions, the off-diagonal loop's Sᵀ and dPᵀ of sub-tile j + 1 in flight over
   the elementwise work of j), so dK and dV are the same bits (a GPU test compares them).
 
-Launch option "ws_dkdv" of `attention_bwd.backward` (scripts' `:wsdkdv`), the fp8 fast path's default since session 15:
-the kernel 3848 / 4097 µs against the fused one's 4262 / 4355 at S = 8k, B×H = 64 (torch.profiler, two rounds), fwd + bwd
-0.79 -> 0.85× cuDNN at 8k and 0.82 -> 0.88× at 16k in one run (`session15_wsdkdv.sh`, fa1d110).
+Launch option "ws_dkdv" of `attention_bwd.backward` (scripts' `:wsdkdv`), the fp8 fast path's default since
+session 15: the kernel 3848 / 4097 µs against the fused one's 4262 / 4355 at S = 8k, B×H = 64 (torch.profiler, two
+rounds), fwd + bwd 0.79 -> 0.85× cuDNN at 8k and 0.82 -> 0.88× at 16k in one run (`session15_wsdkdv.sh`, fa1d110).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """

@@ -591,9 +591,9 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
 @pytest.mark.parametrize("safeguards", [True, False])
 def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon"; the fast path's default runs it
-    warp-specialized, attention_dkdv_ws, compared with it below) against the Triton dK/dV kernel at the fast path's launch: the same products and
-    elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's V fold, safeguards on
-    and off)."""
+    warp-specialized, attention_dkdv_ws, compared with it below) against the Triton dK/dV kernel at the fast
+    path's launch: the same products and elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's
+    V fold, safeguards on and off)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
     spec = AttentionSpec.parse("fp8")
@@ -615,9 +615,9 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640)])
 def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv", the fast path's default: a TMA
-    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK and dV the same
-    bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no off-diagonal
-    sub-tile), with the safeguards on and off."""
+    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK
+    and dV the same bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no
+    off-diagonal sub-tile), with the safeguards on and off."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
 
     spec = AttentionSpec.parse("fp8")
