@@ -242,20 +242,22 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_prefix_gpu_gluon_backward(monkeypatch):
+@pytest.mark.parametrize("ws_dkdv", [True, False])
+def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv):
     """test_prefix_gpu's Triton half with the dK/dV and dQ kernels on the sm_90 Gluon kernels (launch
-    options "gluon" and "gluon_dq" of the backward) and the forward on the Gluon forward, at D = 128. Spies
-    check they ran."""
-    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_fwd
+    options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, or not) and
+    the forward on the Gluon forward, at D = 128. Spies check they ran."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws, attention_fwd
 
-    fwd, bwd, dkdv, dq = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dkdv, \
-        attention_bwd_gluon.dq
+    fwd, bwd, dq = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dq
+    dkdv_module = attention_dkdv_ws if ws_dkdv else attention_bwd_gluon
+    dkdv = dkdv_module.dkdv
     calls, dq_calls = [], []
     monkeypatch.setitem(globals(), "DIM", 128)
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
-    monkeypatch.setattr(attention_bwd, "launch_config",
-                        lambda d, ds, emulated=False: {**bwd(d, ds, emulated), "gluon": True, "gluon_dq": 32})
-    monkeypatch.setattr(attention_bwd_gluon, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: {
+        **bwd(d, ds, emulated), "gluon": True, "ws_dkdv": ws_dkdv, "gluon_dq": 32})
+    monkeypatch.setattr(dkdv_module, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
     monkeypatch.setattr(attention_bwd_gluon, "dq", lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
     _gpu_prefix_checks("fp8", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
