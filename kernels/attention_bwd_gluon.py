@@ -144,6 +144,42 @@ if HAS_GLUON:
         return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
 
     @gluon.jit
+    def _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk, zero, qk_scale,
+                       BM: gl.constexpr, QRY: gl.constexpr, A_L: gl.constexpr, BLK: gl.constexpr):
+        """dV and dK of a diagonal sub-tile (its operands in ring stage `stage`, waited for), accumulated and
+        waited for: `_kv_tile`'s per-token K and V, the causal mask, V's per-token scale folded into P with the
+        fold's row factor r, the dV product's dO rows scaled into the program's own `dobd_s`."""
+        q_s, do_s, qb_s, dob_s, st_s = smems
+        qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
+        st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
+        st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+        st = st * (ks[:, None] * (qs * qk_scale)[None, :])
+        keep = offs_n[:, None] <= offs_m[None, :]
+        st = gl.where(keep, st, float("-inf"))
+        pt = gl.exp2(st - (m - 8.0)[None, :])
+        xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
+        pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
+        # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
+        w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
+        do_rows = do_s.index(stage).load(BLK).to(gl.float32)
+        dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()
+        ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
+        dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
+        dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+        return warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+
+    @gluon.jit
+    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY: gl.constexpr, A_L: gl.constexpr):
+        """dV and dK of an off-diagonal sub-tile from its Sᵀ and dPᵀ (`_off_operands`), issued, not waited for."""
+        q_s, do_s, qb_s, dob_s, st_s = smems
+        pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
+        dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+        dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+        return dv, dk
+
+    @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
@@ -223,25 +259,8 @@ if HAS_GLUON:
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
-                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-                st = st * (ks[:, None] * (qs * qk_scale)[None, :])
-                keep = offs_n[:, None] <= offs_m[None, :]
-                st = gl.where(keep, st, float("-inf"))
-                pt = gl.exp2(st - (m - 8.0)[None, :])
-                xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
-                pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-                # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
-                w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
-                do_rows = do_s.index(stage).load(BLK).to(gl.float32)
-                dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
-                fence_async_shared()
-                gl.thread_barrier()
-                ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
-                dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
-                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
+                                        zero, qk_scale, BM, QRY, A_L, BLK)
                 c += 1
         # the diagonal's V fold undone (off it, P carries no V scale)
         dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
@@ -270,9 +289,7 @@ if HAS_GLUON:
                     nxt = (c + j + 1) % STAGES
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
-                    dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
-                    dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                    dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
                     # everything retires here: an accumulator still in flight across the loop's back edge
                     # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
                     st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
@@ -280,9 +297,7 @@ if HAS_GLUON:
                         _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
-                dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
-                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 c += n_off
 

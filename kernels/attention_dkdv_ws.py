@@ -37,11 +37,10 @@ if HAS_GLUON:
         fence_async_shared,
         mbarrier,
         tma,
-        warpgroup_mma,
         warpgroup_mma_wait,
     )
 
-    from .attention_bwd_gluon import _dst_bf16, _fresh_products, _off_operands, _query_stats
+    from .attention_bwd_gluon import _diag_sub_tile, _fresh_products, _off_sub_tile
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
@@ -118,7 +117,7 @@ if HAS_GLUON:
                   STAGES: gl.constexpr, SAFE: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
-        q_s, do_s, qb_s, dob_s, st_s = smems
+        q_s, do_s = smems[0], smems[1]
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
@@ -151,25 +150,8 @@ if HAS_GLUON:
                 else:  # leaky: the whole tile
                     r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
-                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-                st = st * (ks[:, None] * (qs * qk_scale)[None, :])
-                keep = offs_n[:, None] <= offs_m[None, :]
-                st = gl.where(keep, st, float("-inf"))
-                pt = gl.exp2(st - (m - 8.0)[None, :])
-                xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
-                pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-                # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
-                w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
-                do_rows = do_s.index(stage).load(BLK).to(gl.float32)
-                dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
-                fence_async_shared()
-                gl.thread_barrier()
-                ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
-                dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
-                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
+                                        zero, qk_scale, BM, QRY, A_L, BLK)
                 _release(empty, stage)
                 c += 1
         # the diagonal's V fold undone (off it, P carries no V scale)
@@ -192,18 +174,14 @@ if HAS_GLUON:
                     nxt = (c + j + 1) % STAGES
                     mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
                     st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-                    pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
-                    dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
-                    dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                    dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
                     # everything retires here: an accumulator in flight across the loop's back edge makes ptxas
                     # serialize every wgmma (C7514), as in the fused kernel
                     st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
                     _release(empty, stage)
                 j = n_off - 1
                 stage = (c + j) % STAGES
-                pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
-                dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
-                dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+                dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
                 dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 _release(empty, stage)
                 c += n_off
