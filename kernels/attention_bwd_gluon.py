@@ -180,6 +180,58 @@ if HAS_GLUON:
         return dv, dk
 
     @gluon.jit
+    def _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES: gl.constexpr, BM: gl.constexpr,
+                   STATS_ROWS: gl.constexpr, WS: gl.constexpr, LAST: gl.constexpr):
+        """Off-diagonal sub-tile j's products have retired, so its ring stage is free: the warp-specialized kernel
+        hands it back to its producer (`attention_dkdv_ws`; the statistics' plain shared loads ordered before the
+        producer's next TMA overwrites them), the fused kernel loads sub-tile j + STAGES into it."""
+        if WS:
+            fence_async_shared()
+            mbarrier.arrive(empty.index(stage), count=1)
+        elif not LAST:
+            if j + STAGES < n_off:
+                _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
+
+    @gluon.jit
+    def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, dv, dk, zero, qk_scale, bh, lo, descs, S,
+                      QRY: gl.constexpr, A_L: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
+                      STATS_ROWS: gl.constexpr, WS: gl.constexpr):
+        """dV and dK over one query head's n_off > 0 off-diagonal sub-tiles, ring stages c.. (their first ones
+        loaded or in flight): Sᵀ and dPᵀ of sub-tile j + 1 in flight during the elementwise work of j, each stage
+        given up once its products retire (`_done_with`; WS: the warp-specialized kernel's consumer)."""
+        q_s, do_s = smems[0], smems[1]
+        stage = c % STAGES
+        mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+        st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
+        st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+        for j in range(0, n_off - 1):
+            stage = (c + j) % STAGES
+            nxt = (c + j + 1) % STAGES
+            mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
+            st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
+            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
+            # everything retires here: an accumulator still in flight across the loop's back edge
+            # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
+            st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
+            _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, False)
+        j = n_off - 1
+        stage = (c + j) % STAGES
+        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
+        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+        _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
+        return dv, dk
+
+    @gluon.jit
+    def _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN: gl.constexpr, D: gl.constexpr):
+        """The program's BN rows of dV and dK (times the softmax scale) in bf16, from the accumulators' layout."""
+        O_L: gl.constexpr = dv.type.layout
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
+        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(DV + rows, dv.to(gl.bfloat16))
+        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+
+    @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
                         WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
@@ -280,33 +332,12 @@ if HAS_GLUON:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
                         _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
-                stage = c % STAGES
-                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-                for j in range(0, n_off - 1):
-                    stage = (c + j) % STAGES
-                    nxt = (c + j + 1) % STAGES
-                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
-                    st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-                    dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
-                    # everything retires here: an accumulator still in flight across the loop's back edge
-                    # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
-                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-                    if j + STAGES < n_off:  # sub-tile j's stage is free: every product reading it has retired
-                        _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
-                j = n_off - 1
-                stage = (c + j) % STAGES
-                dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, dv, dk, zero, qk_scale, bh,
+                                       lo, descs, S, QRY, A_L, STAGES, BM, STATS_ROWS, False)
                 c += n_off
 
         _retire_ring(ready, kv_bar, STAGES)
-        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
-        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
-        gl.store(DV + rows, dv.to(gl.bfloat16))
-        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+        _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN, D)
 
 
     @gluon.jit

@@ -37,10 +37,9 @@ if HAS_GLUON:
         fence_async_shared,
         mbarrier,
         tma,
-        warpgroup_mma_wait,
     )
 
-    from .attention_bwd_gluon import _diag_sub_tile, _fresh_products, _off_sub_tile
+    from .attention_bwd_gluon import _diag_sub_tile, _off_diagonal, _store_dkdv
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
@@ -117,7 +116,6 @@ if HAS_GLUON:
                   STAGES: gl.constexpr, SAFE: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
-        q_s, do_s = smems[0], smems[1]
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
@@ -164,33 +162,11 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
-            if n_off > 0:
-                stage = c % STAGES
-                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-                st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-                for j in range(0, n_off - 1):
-                    stage = (c + j) % STAGES
-                    nxt = (c + j + 1) % STAGES
-                    mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
-                    st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-                    dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
-                    # everything retires here: an accumulator in flight across the loop's back edge makes ptxas
-                    # serialize every wgmma (C7514), as in the fused kernel
-                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-                    _release(empty, stage)
-                j = n_off - 1
-                stage = (c + j) % STAGES
-                dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
-                _release(empty, stage)
+            if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, dv, dk, zero, qk_scale, 0, 0,
+                                       smems, S, QRY, A_L, STAGES, BM, 0, True)
                 c += n_off
-
-        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
-        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
-        gl.store(DV + rows, dv.to(gl.bfloat16))
-        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+        _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN, D)
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
