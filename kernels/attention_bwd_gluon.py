@@ -144,6 +144,16 @@ if HAS_GLUON:
         return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
 
     @gluon.jit
+    def _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE: gl.constexpr, BM: gl.constexpr, QRY: gl.constexpr):
+        """The V fold's row factor of a diagonal sub-tile's queries: the max of s_v over the tile's keys j <= i
+        (`attention_bwd._fold_rows`), or leaky (SAFE off) the whole tile's."""
+        if SAFE:
+            r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
+        else:
+            r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+        return r
+
+    @gluon.jit
     def _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk, zero, qk_scale,
                        BM: gl.constexpr, QRY: gl.constexpr, A_L: gl.constexpr, BLK: gl.constexpr):
         """dV and dK of a diagonal sub-tile (its operands in ring stage `stage`, waited for), accumulated and
@@ -304,12 +314,8 @@ if HAS_GLUON:
             for j in range(n_diag):
                 _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_ROWS)
                 stage = c % STAGES
-                start_m = first + j * BM
-                offs_m = start_m + gl.arange(0, BM, layout=QRY)
-                if SAFE:  # the fold's row factor: max of s_v over the tile's keys j <= i
-                    r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
-                else:  # leaky: the whole tile
-                    r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+                offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
+                r = _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE, BM, QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
                                         zero, qk_scale, BM, QRY, A_L, BLK)

@@ -39,7 +39,7 @@ if HAS_GLUON:
         tma,
     )
 
-    from .attention_bwd_gluon import _diag_sub_tile, _off_diagonal, _store_dkdv
+    from .attention_bwd_gluon import _diag_sub_tile, _fold_rows, _off_diagonal, _store_dkdv
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
@@ -141,12 +141,8 @@ if HAS_GLUON:
         for _g in range(G):  # the query heads sharing this K / V head, in the producer's order
             for j in range(n_diag):
                 stage = c % STAGES
-                start_m = first + j * BM
-                offs_m = start_m + gl.arange(0, BM, layout=QRY)
-                if SAFE:  # the fold's row factor: max of s_v over the tile's keys j <= i
-                    r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
-                else:  # leaky: the whole tile
-                    r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
+                offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
+                r = _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE, BM, QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
                                         zero, qk_scale, BM, QRY, A_L, BLK)
