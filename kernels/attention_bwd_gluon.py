@@ -17,6 +17,10 @@ folded into P and the fold's row factor precomputed, `_fold_rows`; the off-diago
 token-block copies), and the MMA shapes are the same, so dK and dV match the Triton kernel (the GPU
 tests compare them).
 
+Since session 15 the fast path runs this dK/dV kernel warp-specialized (`attention_dkdv_ws`: a TMA producer warp
+feeds the same sub-tile code, `_diag_sub_tile` and `_off_diagonal` here); this fused form stays as launch option
+ws_dkdv = False.
+
 Scope (`eligible`): CUDA sm_90, the fast path's `pre` launch (64 keys, sub-tiles of 32, D = 128, fp8
 Q / K / V / dO with P fp8 and dS bf16, the token-block copies), causal, no document masking, dQ by its
 own kernel. Gluon has no interpreter: on the CPU it is compiled for sm_90 only.
