@@ -194,17 +194,22 @@ if HAS_GLUON:
         return dv, dk
 
     @gluon.jit
+    def _release(empty, stage):
+        """A warp-specialized consumer is done with a ring stage: its statistics' plain shared loads (generic proxy)
+        ordered before the producer's next TMA (async proxy) overwrites them, then the stage's mbarrier."""
+        fence_async_shared()
+        mbarrier.arrive(empty.index(stage), count=1)
+
+    @gluon.jit
     def _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES: gl.constexpr, BM: gl.constexpr,
                    STATS_ROWS: gl.constexpr, WS: gl.constexpr, LAST: gl.constexpr):
         """Off-diagonal sub-tile j's products have retired, so its ring stage is free: the warp-specialized kernel
-        hands it back to its producer (`attention_dkdv_ws`; the statistics' plain shared loads ordered before the
-        producer's next TMA overwrites them), the fused kernel loads sub-tile j + STAGES into it."""
+        hands it back to its producer (`_release`), the fused kernel loads sub-tile j + STAGES into it."""
         if WS:
-            fence_async_shared()
-            mbarrier.arrive(empty.index(stage), count=1)
+            _release(empty, stage)
         elif not LAST:
             if j + STAGES < n_off:
-                _issue_sub_tile(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
+                _refill(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
 
     @gluon.jit
     def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, dv, dk, zero, qk_scale, bh, lo, descs, S,
@@ -257,9 +262,6 @@ if HAS_GLUON:
         row = bh * S + lo + j * BM
         nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
                                 + (dob_desc.block_type.nbytes if WITH_DOB else 0))
-        # the stage's statistics were read with plain shared-memory loads (generic proxy): order those reads
-        # before the TMA (async proxy) overwrites them
-        fence_async_shared()
         mbarrier.expect(bar, nbytes)
         tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
         tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
@@ -267,6 +269,30 @@ if HAS_GLUON:
         tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
         if WITH_DOB:
             tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
+
+    @gluon.jit
+    def _refill(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, WITH_DOB: gl.constexpr, S,
+                STATS_ROWS: gl.constexpr):
+        """`_issue_sub_tile` from the warps that read the stage's previous statistics with plain shared-memory loads
+        (generic proxy), as the fused kernel does: those reads ordered before the TMA (async proxy) overwrites them."""
+        fence_async_shared()
+        _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES, BM, WITH_DOB, S, STATS_ROWS)
+
+    @gluon.jit
+    def _dkdv_smem(descs, k_desc, vr_desc, D: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr,
+                   STATS_ROWS: gl.constexpr):
+        """Both dK/dV kernels' shared memory: K's and V's rows (the per-token ones, then the token-block copies), the
+        ring of query sub-tiles (Q8, dO8, QB, DOB, the statistics: `smems`) and the diagonal's own scaled dO rows."""
+        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
+        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+        v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
+        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
+        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
+        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
+        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
+        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
+        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
+        return k_s, v_s, (q_s, do_s, qb_s, dob_s, st_s), dobd_s
 
     @gluon.jit
     def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
@@ -289,16 +315,8 @@ if HAS_GLUON:
         offs_n = first + gl.arange(0, BN, layout=KEY)
         kv_offs = bhk.to(gl.int64) * S + offs_n
 
-        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
-        v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
-        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
-        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
-        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
-        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
-        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
-        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
         descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
-        smems = (q_s, do_s, qb_s, dob_s, st_s)
+        k_s, v_s, smems, dobd_s = _dkdv_smem(descs, k_desc, vr_desc, D, BM, STAGES, STATS_ROWS)
         ready, kv_bar = _init_ring(STAGES)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
@@ -316,7 +334,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _issue_sub_tile(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_ROWS)
+                _refill(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_ROWS)
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 r = _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE, BM, QRY)
@@ -341,7 +359,7 @@ if HAS_GLUON:
             if n_off > 0:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
-                        _issue_sub_tile(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
+                        _refill(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
                 dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, dv, dk, zero, qk_scale, bh,
                                        lo, descs, S, QRY, A_L, STAGES, BM, STATS_ROWS, False)
                 c += n_off

@@ -34,12 +34,19 @@ if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
         mbarrier,
         tma,
     )
 
-    from .attention_bwd_gluon import _diag_sub_tile, _fold_rows, _off_diagonal, _store_dkdv
+    from .attention_bwd_gluon import (
+        _diag_sub_tile,
+        _dkdv_smem,
+        _fold_rows,
+        _issue_sub_tile,
+        _off_diagonal,
+        _release,
+        _store_dkdv,
+    )
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
@@ -51,24 +58,13 @@ MAXNREG = 128
 if HAS_GLUON:
 
     @gluon.jit
-    def _produce(c, row, st_col, descs, smems, ready, empty, STAGES: gl.constexpr, WITH_DOB: gl.constexpr):
-        """Sub-tile c of the program (rows `row`.. of the [B·Hq·S, D] views) into stage c % STAGES once the consumer
-        has released that stage's previous sub-tile (a fresh mbarrier counts the phase before its first as
-        complete, hence parity 1 on the first round): Q8, dO8, QB, the statistics and (WITH_DOB) DOB."""
-        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
-        q_s, do_s, qb_s, dob_s, st_s = smems
-        stage = c % STAGES
-        mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)
-        bar = ready.index(stage)
-        nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
-                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
-        mbarrier.expect(bar, nbytes)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
-        tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
-        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
-        tma.async_copy_global_to_shared(st_desc, st_col, bar, st_s.index(stage))
-        if WITH_DOB:
-            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
+    def _produce(c, bh, lo, descs, smems, ready, empty, S, STAGES: gl.constexpr, BM: gl.constexpr,
+                 WITH_DOB: gl.constexpr, STATS_ROWS: gl.constexpr):
+        """Sub-tile c of the program (query rows lo.. of head bh) into stage c % STAGES (`_issue_sub_tile`) once the
+        consumer has released that stage's previous sub-tile (a fresh mbarrier counts the phase before its first as
+        complete, hence parity 1 on the first round)."""
+        mbarrier.wait(empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
+        _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, WITH_DOB, S, STATS_ROWS)
 
     @gluon.jit
     def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G,
@@ -87,8 +83,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                lo = first + j * BM
-                _produce(c, bh * S + lo, [bh * STATS_ROWS, lo], descs, smems, ready, empty, STAGES, False)
+                _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, False, STATS_ROWS)
                 c += 1
         # the token-block copies replace the per-token rows once no product reads those
         mbarrier.wait(kv_free, 0)
@@ -99,16 +94,8 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range((S - lo0) // BM):
-                lo = lo0 + j * BM
-                _produce(c, bh * S + lo, [bh * STATS_ROWS, lo], descs, smems, ready, empty, STAGES, True)
+                _produce(c, bh, lo0 + j * BM, descs, smems, ready, empty, S, STAGES, BM, True, STATS_ROWS)
                 c += 1
-
-    @gluon.jit
-    def _release(empty, stage):
-        """The consumer is done with a stage: its statistics' plain shared loads (generic proxy) ordered before the
-        producer's next TMA (async proxy) overwrites them, then the stage's mbarrier."""
-        fence_async_shared()
-        mbarrier.arrive(empty.index(stage), count=1)
 
     @gluon.jit
     def _consumer(smems, k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale,
@@ -169,14 +156,8 @@ if HAS_GLUON:
                         VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                         STATS_ROWS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-        k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
-        v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
-        q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
-        do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
-        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
-        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
-        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
-        st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
+        k_s, v_s, smems, dobd_s = _dkdv_smem((q_desc, do_desc, qb_desc, dob_desc, st_desc), k_desc, vr_desc, D, BM,
+                                             STAGES, STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -188,10 +169,10 @@ if HAS_GLUON:
         mbarrier.init(kv_free, count=1)
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
-            (_consumer, ((q_s, do_s, qb_s, dob_s, st_s), k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS,
+            (_consumer, (smems, k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS,
                          VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, SAFE)),
             (_producer, ((q_desc, do_desc, qb_desc, dob_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
-                         (q_s, do_s, qb_s, dob_s, st_s), k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
+                         smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS))],
             [1], [PRODUCER_REGS])
 
