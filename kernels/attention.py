@@ -119,9 +119,10 @@ class _FlamiaAttention(torch.autograd.Function):
             # fast path (`pre`) the copies pass re-quantizes them where it reads K's and V's bytes anyway
             attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True, defer_v=True,
                                 defer_k=True)
-        if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O
-            do8, sdo, delta = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_)
-            do = Operand(do8, sdo[..., 0])
+        if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O (and, for the FP8
+            # dV product, the bytes K-major)
+            do8, sdo, delta, *do8t = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_, transposed=spec.fp8_dv)
+            do = Operand(do8, sdo[..., 0], do8t[0] if do8t else None)
         else:
             do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
             delta = backward_delta(do, Operand(ov, os_))

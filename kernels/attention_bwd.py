@@ -5,6 +5,8 @@ forward used, and P from the saved integer row max M and sum l, so P's bytes
 are the forward's (FLAMIA.md, "consistent"). Per tile (see `reference`):
 
     dV_j += Σ_i P8_ij · bf16(dO_i · r_i·prs / l_i)        then dV_j /= s_v[j]
+       or, P and dO in fp8 (`AttentionSpec.fp8_dv`, the fp8 preset), one FP8 product:
+    dV_j += Σ_i E4M3(p_ij · (s_dO[i] / l_i) / τ_j) · dO8_i  then dV_j *= τ_j / 256 (`reference.dv_row_scale`)
     dP    = dot(dO, Vᵀ) · (s_dO ⊗ s_v)                     dO quantized per token (spec.do)
     dS    = (p / l) ∘ (dP - delta)                           delta = rowsum(dO ∘ O), a pre-pass
     dK_j += deq_rows(dSᵀ ∘ s_q)_j · Q8                      dS quantized along queries (contraction)
@@ -19,8 +21,10 @@ Partner folding (FLAMIA.md): a per-token scale along a product's contraction axi
 (s_dO in dV, s_q in dK, s_k in dQ) is multiplied into the partner before the
 partner is quantized or rounded, so the stored bytes serve both orientations.
 The score recompute and dP (dPᵀ = V·dOᵀ in the dK/dV kernel, dP = dO·Vᵀ in the dQ kernel, both
-operands per-token fp8) are FP8 products; dV and dK / dQ run on bf16 tensor cores over FP8 values
-(exact in bf16). The dQ kernel's dP needs V's rows K-major (D contiguous), as an FP8 wgmma's B
+operands per-token fp8) are FP8 products, and so is dV where P and dO are fp8 (its B operand dO's bytes
+K-major, dO8ᵀ, written by dO's pre-pass; its A operand P·s_dO with one scale per key row, constant along
+the queries, so one accumulator chains every sub-tile); dK / dQ (and dV otherwise) run on bf16 tensor
+cores over FP8 values (exact in bf16). The dQ kernel's dP needs V's rows K-major (D contiguous), as an FP8 wgmma's B
 operand must be: with `pre` it reads the row-major copy of `attention_bwd_copies`, else it stages
 a register copy of the stored Vᵀ. Hopper's FP8 MMA
 accumulates with reduced precision, so the two kernels' dP differ in the last bits (dQ through
@@ -48,7 +52,7 @@ from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
-from .reference import DS_TILE
+from .reference import DS_TILE, dv_row_scale
 
 if HAS_TRITON:
     import triton
@@ -71,8 +75,8 @@ if HAS_TRITON:
                  qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb, D: tl.constexpr, BN: tl.constexpr,
                  BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr,
                  FOLD: tl.constexpr, SAFE: tl.constexpr, HAS_DOC: tl.constexpr, TINY: tl.constexpr,
-                 INTERP: tl.constexpr, FUSE_DQ: tl.constexpr, R_PRE: tl.constexpr, QB, DOB, PRE: tl.constexpr,
-                 DP_EARLY: tl.constexpr):
+                 INTERP: tl.constexpr, FUSE_DQ: tl.constexpr, R_PRE: tl.constexpr, QB, DOT, PRE: tl.constexpr,
+                 DP_EARLY: tl.constexpr, itau, FP8_DV: tl.constexpr):
         """One BM-query sub-tile's contribution to the dK, dV of one BN-key tile (tiles are [BN, BM]).
         k, ks, v, vs: the key tile as this sub-tile's forward read it (per-token on the diagonal,
         the token-block copy's bytes with its scale broadcast off it). FOLD: V's per-token scale
@@ -80,9 +84,11 @@ if HAS_TRITON:
         bf16 only): also add this sub-tile's dQ rows into the fp32 DQA with atomics. R_PRE: the
         fold's row factor r comes precomputed over the forward's whole key tile (RD: per query
         row on the causal diagonal, at rd_off; RB: the tile's max, element rb), which a BN-key
-        program narrower than that tile cannot see. PRE: the dK product's Q and, where P carries no V
-        scale (not FOLD, fp8 P), the dV product's bf16 dO rows come precomputed (QB, DOB: `attention_bwd_copies`)
-        instead of being converted here for every key tile."""
+        program narrower than that tile cannot see. PRE: the dK product's bf16 Q comes precomputed (QB:
+        `attention_bwd_copies`) instead of being converted here for every key tile. FP8_DV
+        (`AttentionSpec.fp8_dv`): dV as one FP8 product, E4M3((p · (1/l · s_dO)) · itau) against dO's bytes
+        read K-major from DOT (dO8ᵀ), itau = 1/τ per key (`reference.dv_row_scale`; the caller multiplies dV
+        by τ/256 after every sub-tile), no V fold."""
         offs_m = start_m + tl.arange(0, BM)
         q = tl.load(Q + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         qs = tl.load(QS + bh * S + offs_m)
@@ -101,33 +107,34 @@ if HAS_TRITON:
             st = tl.where(keep, st, float("-inf"))
         m_use = finite_row_max(m, HAS_DOC)
         pt = tl.exp2(st - (m_use - 8.0)[None, :])  # (BN, BM), ×256 as in the forward
-        if FOLD:
-            if R_PRE:  # (no document masking here: `backward` refuses it)
-                if SAFE and DIAG:  # max of s_v over the tile's keys j <= i
-                    r = tl.load(RD + rd_off + offs_m)
-                else:  # the whole tile (off the diagonal, non-causal, or leaky)
-                    r = tl.zeros([BM], tl.float32) + tl.load(RB + rb)
+        if FP8_DV:
+            y = p_fp8_scaled((pt * (linv * sdo)[None, :]) * itau[:, None], INTERP)
+            dot = tl.load(DOT + bh * S * D + offs_d[:, None] * S + offs_m[None, :])  # (D, BM): dO8ᵀ, K-major
+            dv += mma(y, tl.trans(dot), INTERP)
+        else:
+            if FOLD:
+                if R_PRE:  # (no document masking here: `backward` refuses it)
+                    if SAFE and DIAG:  # max of s_v over the tile's keys j <= i
+                        r = tl.load(RD + rd_off + offs_m)
+                    else:  # the whole tile (off the diagonal, non-causal, or leaky)
+                        r = tl.zeros([BM], tl.float32) + tl.load(RB + rb)
+                else:
+                    r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
+                    if SAFE:
+                        if DIAG or HAS_DOC:  # the keys row i sees
+                            r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
+                            r = tl.where(r > 0.0, r, 1.0)
+                xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
             else:
-                r = tl.zeros([BM], tl.float32) + tl.max(vs, 0)  # the whole tile (nothing masked, or leaky)
-                if SAFE:
-                    if DIAG or HAS_DOC:  # the keys row i sees
-                        r = tl.max(tl.where(keep, vs[:, None], 0.0), 0)
-                        r = tl.where(r > 0.0, r, 1.0)
-            xt = pt * vs[:, None] * tl.math.div_rn(tl.full([BM], 1.0, tl.float32), r)[None, :]
-        else:
-            r = tl.full([BM], 1.0, tl.float32)
-            xt = pt
-        if PV_FMT == 1:  # the forward's P bytes, transposed (exact in bf16)
-            pq_t = p_fp8_scaled(xt, INTERP).to(tl.bfloat16)
-            prs = tl.full([BM], 1.0 / 256.0, tl.float32)
-        else:  # quantized along keys, as the forward did
-            pq, prs = quant_rows(tl.trans(xt) * (1.0 / 256.0), P_GLOB, PV_FMT, True, BM, BN, TINY, INTERP)
-            pq_t = tl.trans(pq).to(tl.bfloat16)
-        if PRE and PV_FMT == 1 and not FOLD:  # r = 1: the same bf16 rows for every key tile
-            dob = tl.load(DOB + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
-        else:
-            dob = scaled_do(do, r * prs * sdo * linv, INTERP)
-        dv += mma(pq_t, dob, INTERP)
+                r = tl.full([BM], 1.0, tl.float32)
+                xt = pt
+            if PV_FMT == 1:  # the forward's P bytes, transposed (exact in bf16)
+                pq_t = p_fp8_scaled(xt, INTERP).to(tl.bfloat16)
+                prs = tl.full([BM], 1.0 / 256.0, tl.float32)
+            else:  # quantized along keys, as the forward did
+                pq, prs = quant_rows(tl.trans(xt) * (1.0 / 256.0), P_GLOB, PV_FMT, True, BM, BN, TINY, INTERP)
+                pq_t = tl.trans(pq).to(tl.bfloat16)
+            dv += mma(pq_t, scaled_do(do, r * prs * sdo * linv, INTERP), INTERP)
         if not DP_EARLY:
             dpt = _dp_product(v, do, INTERP)
         dpt = dpt * (vs[:, None] * sdo[None, :])
@@ -147,14 +154,15 @@ if HAS_TRITON:
 
     @triton.jit
     def _dkdv_kernel(Q, QS, K, KS, KB, KBS, VT, VS, VBT, VBS, DO, DOS, LSE2, MOFF, DELTA, DOC, DSTART, DEND, DK,
-                     DV, DQA, RD, RB, QB, DOB, VR, VBR, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr,
+                     DV, DQA, RD, RB, QB, DOT, TAU, VR, VBR, qk_scale, sm_scale, P_GLOB, S, G, HKV, D: tl.constexpr,
                      BN: tl.constexpr, BM: tl.constexpr, PV_FMT: tl.constexpr, DS_FMT: tl.constexpr,
                      CAUSAL: tl.constexpr, SAFE: tl.constexpr, TINY: tl.constexpr, INTERP: tl.constexpr,
                      HAS_DOC: tl.constexpr = False,
                      K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False, FUSE_DQ: tl.constexpr = False,
                      TB: tl.constexpr = 128, R_PRE: tl.constexpr = False, PRE: tl.constexpr = False,
-                     DP_EARLY: tl.constexpr = True):
-        """dK, dV of one BN-key tile, BN = TB (the forward's tile) or a part of it (R_PRE then)."""
+                     DP_EARLY: tl.constexpr = True, FP8_DV: tl.constexpr = False):
+        """dK, dV of one BN-key tile, BN = TB (the forward's tile) or a part of it (R_PRE then). FP8_DV: dV as
+        an FP8 product (`_kv_tile`) over dO8ᵀ (DOT) with the keys' row scales τ (TAU [B·Hkv, S])."""
         pid_n = tl.program_id(0)
         bhk = tl.program_id(1).to(tl.int64)  # b * Hkv + h_kv
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -172,6 +180,11 @@ if HAS_TRITON:
             v = tl.trans(tl.load(VT + rows_t))
         dk = tl.zeros([BN, D], tl.float32)
         dv = tl.zeros([BN, D], tl.float32)
+        if FP8_DV:
+            tau = tl.load(TAU + bhk * S + offs_n)
+            itau = tl.math.div_rn(tl.full([BN], 1.0, tl.float32), tau)
+        else:
+            itau = vs  # unread
         lo = 0
         hi = S
         doc_off = (bhk // HKV) * S
@@ -193,8 +206,8 @@ if HAS_TRITON:
                 dk, dv = _kv_tile(dk, dv, k, ks, v, vs, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m, offs_n,
                                   offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb, D, BN,
                                   BM, PV_FMT, DS_FMT, CAUSAL, True, SAFE, HAS_DOC, TINY, INTERP, FUSE_DQ, R_PRE,
-                                  QB, DOB, PRE, DP_EARLY)
-        if V_OFF:  # the diagonal's V fold undone now: off it, P carries no V scale
+                                  QB, DOT, PRE, DP_EARLY, itau, FP8_DV)
+        if V_OFF and not FP8_DV:  # the diagonal's V fold undone now: off it, P carries no V scale
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         # Off the diagonal: the copies the forward read there (bytes, one scale for the tile),
         # loaded only now so the per-token tiles' registers are free again.
@@ -219,14 +232,16 @@ if HAS_TRITON:
                 dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh, start_m,
                                   offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB, rd_off, rb,
                                   D, BN, BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY, INTERP,
-                                  FUSE_DQ, R_PRE, QB, DOB, PRE, DP_EARLY)
+                                  FUSE_DQ, R_PRE, QB, DOT, PRE, DP_EARLY, itau, FP8_DV)
             if not CAUSAL:
                 for start_m in range(lo, t * TB, BM):
                     dk, dv = _kv_tile(dk, dv, k_o, ks_o, v_o, vs_o, Q, QS, DO, DOS, LSE2, MOFF, DELTA, bh,
                                       start_m, offs_n, offs_d, S, qk_scale, P_GLOB, kdoc, DOC, doc_off, DQA, RD, RB,
                                       rd_off, rb, D, BN, BM, PV_FMT, DS_FMT, False, not V_OFF, SAFE, HAS_DOC, TINY,
-                                      INTERP, FUSE_DQ, R_PRE, QB, DOB, PRE, DP_EARLY)
-        if not V_OFF:
+                                      INTERP, FUSE_DQ, R_PRE, QB, DOT, PRE, DP_EARLY, itau, FP8_DV)
+        if FP8_DV:  # the rows' scales τ, and P's ×256
+            dv = dv * (tau * (1.0 / 256.0))[:, None]
+        elif not V_OFF:
             dv = dv * tl.math.div_rn(tl.full([BN], 1.0, tl.float32), vs)[:, None]
         tl.store(DV + rows, to_bf16(dv, INTERP))
         tl.store(DK + rows, to_bf16(dk * sm_scale, INTERP))
@@ -413,7 +428,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     copies, any other launch computes them first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch), with
-    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits);
+    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits), "ws_pairs" that
+    form's off-diagonal loop two sub-tiles an iteration (`attention_dkdv_ws._off_pairs`; the same bits);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
     """
     b, hq, seq, d = q.vals.shape
@@ -432,6 +448,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
     ws_dkdv = config.pop("ws_dkdv", False)
+    ws_pairs = config.pop("ws_pairs", False)
     gluon_dq = config.pop("gluon_dq", 0)
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
@@ -476,14 +493,21 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     if pre:
-        qb, dob, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
-        dob = dob if dob is not None else qb  # unread: P carries V's scale on every tile
+        qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
         if k.off is not None and k.off.deferred:  # re-quantized by the copies
             k = replace(k, off=replace(k.off, vals=kb, scale=kbs))
     else:
-        qb = dob = kbf = kbbf = vr = vbr = moff  # unread without PRE
+        qb = kbf = kbbf = vr = vbr = moff  # unread without PRE
+    # FP8 dV (`AttentionSpec.fp8_dv`): dO's bytes K-major (from its pre-pass, else transposed here) and each key's
+    # row scale τ
+    fp8_dv = spec.fp8_dv
+    if fp8_dv:
+        dot = do.vals_t if do.vals_t is not None else do.vals.transpose(-1, -2).contiguous()
+        tau = dv_row_scale(do.scale, hkv, causal)
+    else:
+        dot = tau = moff  # unread
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     # V_OFF: VBT is unread with PRE (both kernels read VBR), and absent where the copy was deferred
     v_off = ((v.vals_t if v.off.deferred else v.off.vals, v.off.scale) if v.off is not None
@@ -492,22 +516,26 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             delta, *doc_ptrs)
     qk_scale = sm_scale * 1.4426950408889634
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
-    # the fold's row factors: read by Triton programs narrower than the tile and by the Gluon kernel at any width
-    r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block or on_gluon else (moff, moff)
+    # the fold's row factors: read by Triton programs narrower than the tile where dV folds V's scale into P
+    r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block and not fp8_dv else (moff, moff)
     if on_gluon and which != "dq":
-        dkdv = attention_dkdv_ws.dkdv if ws_dkdv else attention_bwd_gluon.dkdv
-        dk, dv = dkdv(q, k, v, do, (qb, dob, kbf, kbbf, vr, vbr), stats, r_diag, r_tile, safeguards, sm_scale)
+        copies = (qb, dot, kbf, kbbf, vr, vbr)
+        if ws_dkdv:
+            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, pairs=ws_pairs)
+        else:
+            dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:
-        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dob, vr, vbr, *scalars, BN=bn,
+        _dkdv_kernel[(seq // bn, b * hkv)](*args, dk, dv, dqa, r_diag, r_tile, qb, dot, tau, vr, vbr, *scalars, BN=bn,
                                            BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
-                                           R_PRE=bn != block, PRE=pre, DP_EARLY=dp_early, **common, **config)
+                                           R_PRE=bn != block, PRE=pre, DP_EARLY=dp_early, FP8_DV=fp8_dv, **common,
+                                           **config)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
     else:
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
         if which != "dkdv" and dq_on_gluon:  # it allocates its own output
-            dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dob, kbf, kbbf, vr, vbr), sm_scale,
+            dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
                                         gluon_dq)
         else:
             dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)

@@ -5,15 +5,16 @@ sub-tile, so whatever a sub-tile converts is converted S / 64 times over. These 
 once per row, before the kernels run:
 
     QB   = bf16(Q8)                          the dK product's B operand (exact: E4M3 ⊂ bf16)
-    DOB  = bf16(dO8 · s_dO · (1/256) / l)     the dV product's B operand off the diagonal, where P
-                                             carries no V scale (V has its token-block copy)
     KBF  = bf16(K8), KBBF = bf16(KB8)         the dQ product's B operand, per-token / token-block
     VR   = V8 rows, VBR = VB8 rows            dP = dO·Vᵀ's B operand: an FP8 wgmma needs it K-major
                                              (D contiguous), the forward stores Vᵀ
 
-The values are the ones the kernels computed per tile (DOB through the same jit expression,
-`scaled_do`), so the gradients are bit-identical with and without them. On the H200 at S = 8k,
-B×H = 64 the per-tile conversions they replace cost the dQ kernel a third of its time.
+and, for the Gluon dK/dV kernel, each query's statistics (`query_stats`). The dV product needs no copy
+here: it is an FP8 product on this path (`AttentionSpec.fp8_dv`) whose B operand, dO's bytes K-major,
+dO's pre-pass writes (`quantize.quantize_fp8_per_token_with_delta(transposed=True)`); until session 16 it
+was bf16 against DOB = bf16(dO8 · s_dO · (1/256) / l) from this pass. The values are the ones the
+kernels would convert per tile, so the gradients are bit-identical with and without the copies. On the
+H200 at S = 8k, B×H = 64 the per-tile conversions they replace cost the dQ kernel a third of its time.
 
 V's token-block copy: on this path every kernel reads it as rows only (VBR: the dQ kernel's dP, the
 Gluon dK/dV kernel's TMA, the Triton dK/dV kernel's `PRE` loads) plus its block scales. The autograd
@@ -66,32 +67,28 @@ if HAS_TRITON:
 
     @triton.jit
     def scaled_do(do, w, INTERP: tl.constexpr):
-        """The dV product's B operand: bf16(dO · w) per row, w = r·prs·s_dO / l (P's dequantization,
-        dO's scale folded), one expression for the dK/dV kernel and `_query_copies_kernel`."""
+        """The bf16 dV product's B operand (specs without `fp8_dv`): bf16(dO · w) per row, w = r·prs·s_dO / l
+        (P's dequantization, dO's scale folded)."""
         return to_bf16(do.to(tl.float32) * w[:, None], INTERP)
 
     @triton.jit
-    def _query_copies_kernel(Q, QB, DO, DOS, LSE2, MOFF, DELTA, DOB, QS, STATS, S, D: tl.constexpr,
-                             BR: tl.constexpr, SCALED_DO: tl.constexpr, WITH_STATS: tl.constexpr,
-                             ROWS: tl.constexpr, INTERP: tl.constexpr):
-        """QB and (SCALED_DO) DOB for BR query rows of one head; WITH_STATS (needs SCALED_DO): the rows'
-        statistics as `query_stats` lays them out."""
+    def _query_copies_kernel(Q, QB, DO, DOS, LSE2, MOFF, DELTA, QS, STATS, S, D: tl.constexpr, BR: tl.constexpr,
+                             WITH_STATS: tl.constexpr, ROWS: tl.constexpr):
+        """QB for BR query rows of one head; WITH_STATS: the rows' statistics as `query_stats` lays them out."""
         bh = tl.program_id(1).to(tl.int64)
         offs_m = tl.program_id(0) * BR + tl.arange(0, BR)
         offs_d = tl.arange(0, D)
         rows = bh * S * D + offs_m[:, None] * D + offs_d[None, :]
         tl.store(QB + rows, tl.load(Q + rows).to(tl.bfloat16))
-        if SCALED_DO:  # r = 1 and P in fp8 (prs = 1/256), in `_kv_tile`'s order: ((r·prs)·s_dO)·(1/l)
-            m, linv, delta, do, sdo = row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
-            w = tl.full([BR], 1.0, tl.float32) * tl.full([BR], 1.0 / 256.0, tl.float32) * sdo * linv
-            tl.store(DOB + rows, scaled_do(do, w, INTERP))
-            if WITH_STATS:
-                base = STATS + bh * ROWS * S + offs_m
-                tl.store(base, tl.load(QS + bh * S + offs_m))
-                tl.store(base + S, m)
-                tl.store(base + 2 * S, linv)
-                tl.store(base + 3 * S, delta)
-                tl.store(base + 4 * S, sdo)
+        if WITH_STATS:
+            lse2 = tl.load(LSE2 + bh * S + offs_m)  # `row_stats`' expressions, so the same bits
+            m = tl.floor(lse2) - tl.load(MOFF + bh * S + offs_m).to(tl.float32)
+            base = STATS + bh * ROWS * S + offs_m
+            tl.store(base, tl.load(QS + bh * S + offs_m))
+            tl.store(base + S, m)
+            tl.store(base + 2 * S, tl.exp2(m - lse2))
+            tl.store(base + 3 * S, tl.load(DELTA + bh * S + offs_m))
+            tl.store(base + 4 * S, tl.load(DOS + bh * S + offs_m))
 
     @triton.jit
     def _vt_byte_pairs(VT, base, S, D: tl.constexpr, BR: tl.constexpr):
@@ -190,9 +187,10 @@ def query_stats(q) -> torch.Tensor:
 
 
 def pre_eligible(q, k, v, do, spec) -> bool:
-    """The copies serve FP8 Q, K, V and dO bytes with P in fp8 and dS in bf16."""
+    """The copies serve FP8 Q, K, V and dO bytes with P and dO in fp8 (so dV is an FP8 product,
+    `AttentionSpec.fp8_dv`) and dS in bf16."""
     fp8 = torch.float8_e4m3fn
-    return (spec.pv == "fp8" and spec.ds == "bf16" and q.vals.dtype == fp8 and k.vals.dtype == fp8
+    return (spec.fp8_dv and spec.ds == "bf16" and q.vals.dtype == fp8 and k.vals.dtype == fp8
             and v.vals_t.dtype == fp8 and do.vals.dtype == fp8)
 
 
@@ -209,28 +207,23 @@ def _rows_per_program(seq: int) -> int:
 
 
 def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None):
-    """(QB, DOB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
-    Operands as `attention_bwd.backward` takes them; DOB is None without V's off-diagonal copy (P then
-    carries V's scale on every tile), KBBF / VBR are KBF / VR without the token-block copies. VBS: V's
-    block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows are
-    read on this path) the ones re-quantized here with VBR. KB, KBS: K's token-block copy, k.off's, or
-    where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to
-    fill (with V's copy only: the same pass computes them for DOB)."""
+    """(QB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
+    Operands as `attention_bwd.backward` takes them; KBBF / VBR are KBF / VR without the token-block copies.
+    VBS: V's block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows
+    are read on this path) the ones re-quantized here with VBR. KB, KBS: K's token-block copy, k.off's, or
+    where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     dev = q.vals.device
     rows = _rows_per_program(seq)
     warps = 4 if INTERPRET else 8
     qb = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=dev)
-    dob = torch.empty_like(qb) if v.off is not None else None
-    if stats is not None and (dob is None or stats.shape != (b * hq, STATS_ROWS, seq)):
-        raise ValueError(f"bf16_copies: stats {tuple(stats.shape)} needs V's token-block copy and the shape "
-                         f"{(b * hq, STATS_ROWS, seq)} (`query_stats`)")
-    _query_copies_kernel[(seq // rows, b * hq)](q.vals, qb, do.vals, do.scale, lse2, moff, delta,
-                                                dob if dob is not None else qb, q.scale,
+    if stats is not None and stats.shape != (b * hq, STATS_ROWS, seq):
+        raise ValueError(f"bf16_copies: stats {tuple(stats.shape)} must have the shape {(b * hq, STATS_ROWS, seq)} "
+                         f"(`query_stats`)")
+    _query_copies_kernel[(seq // rows, b * hq)](q.vals, qb, do.vals, do.scale, lse2, moff, delta, q.scale,
                                                 stats if stats is not None else lse2, seq, D=d, BR=rows,
-                                                SCALED_DO=dob is not None, WITH_STATS=stats is not None,
-                                                ROWS=STATS_ROWS, INTERP=INTERPRET, num_warps=warps)
+                                                WITH_STATS=stats is not None, ROWS=STATS_ROWS, num_warps=warps)
     # a deferred copy is re-quantized here, one program per token block (its scale is the program's amax),
     # where the block is a power of two; else the separate pass computes it first
     k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
@@ -264,4 +257,4 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                                                        num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part])
     else:
         _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, num_warps=warps)
-    return qb, dob, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs
+    return qb, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs

@@ -6,23 +6,26 @@ it issues them. Here each off-diagonal sub-tile j runs
 
     issue Sᵀ(j + 1) = K·Q(j + 1)ᵀ and dPᵀ(j + 1) = V·dO(j + 1)ᵀ      (async, FP8)
     the elementwise work of sub-tile j                                (P, dS; on the CUDA cores)
-    issue dV += Pᵀ(j)·dOb(j) and dK += dSᵀ(j)·Qb(j)                   (async, bf16, chained)
+    issue dV += y(j)·dO8(j) (FP8) and dK += dSᵀ(j)·Qb(j) (bf16)        (async, chained)
     wait for Sᵀ(j + 1), dPᵀ(j + 1) only (dV, dK of j stay in flight)
 
-with every operand in shared memory (TMA, a ring of stages; K and V rows from `attention_bwd_copies`, and
-each sub-tile's query statistics from its `query_stats`: gathered from global memory per sub-tile, their
-latency was a fifth of the warps' stalls), so no register holds a K or V copy. The arithmetic is
-`_kv_tile`'s for the fast path, operation for operation (the diagonal sub-tiles with V's per-token scale
-folded into P and the fold's row factor precomputed, `_fold_rows`; the off-diagonal ones on the
-token-block copies), and the MMA shapes are the same, so dK and dV match the Triton kernel (the GPU
-tests compare them).
+with every operand in shared memory (TMA, a ring of stages; K and V rows from `attention_bwd_copies`, dO's bytes
+K-major (dO8ᵀ) from dO's pre-pass, and each sub-tile's query statistics from its `query_stats`: gathered from global
+memory per sub-tile, their latency was a fifth of the warps' stalls), so no register holds a K or V copy. The
+arithmetic is `_kv_tile`'s for the fast path, operation for operation (the diagonal sub-tiles on the per-token bytes,
+the off-diagonal ones on the token-block copies; dV as one FP8 product, `AttentionSpec.fp8_dv`: y = E4M3 of
+P·s_dO / τ per key row, `reference.dv_row_scale`), and the MMA shapes are the same, so dK matches the Triton kernel
+bit for bit and dV to the FP8 accumulation's order (the GPU tests compare them). The FP8 dV product took the
+warp-specialized kernel from 4.01 to 3.58 ms at S = 8k, B×H = 64 as a probe (`scripts/bwd_fp8_probe.py`, session 16:
+half the dV product's tensor-core time, no scaled dO rows written for the diagonal, a 4 KB dO8ᵀ tile a stage
+instead of 8 KB of bf16 rows).
 
 Since session 15 the fast path runs this dK/dV kernel warp-specialized (`attention_dkdv_ws`: a TMA producer warp
 feeds the same sub-tile code, `_diag_sub_tile` and `_off_diagonal` here); this fused form stays as launch option
 ws_dkdv = False.
 
 Scope (`eligible`): CUDA sm_90, the fast path's `pre` launch (64 keys, sub-tiles of 32, D = 128, fp8
-Q / K / V / dO with P fp8 and dS bf16, the token-block copies), causal, no document masking, dQ by its
+Q / K / V / dO with P fp8 (so FP8 dV) and dS bf16, the token-block copies), causal, no document masking, dQ by its
 own kernel. Gluon has no interpreter: on the CPU it is compiled for sm_90 only.
 
 The dQ kernel (`dq`, launch option `gluon_dq`: 32 or 64 keys per sub-tile; `dq_eligible`, the same scope
@@ -75,8 +78,8 @@ def _unsupported(q, k, v, spec, causal: bool, doc, launch_why: str | None) -> st
         return why
     if launch_why is not None:
         return launch_why
-    if q.vals.shape[-1] != TB or spec.pv != "fp8" or spec.ds != "bf16" or k.off is None or v.off is None:
-        return "D = 128, fp8 P, bf16 dS, with the token-block copies only"
+    if q.vals.shape[-1] != TB or not spec.fp8_dv or spec.ds != "bf16" or k.off is None or v.off is None:
+        return "D = 128, fp8 P and dO (the FP8 dV product), bf16 dS, with the token-block copies only"
     if not causal or doc is not None:
         return "causal, without document masking, only"
     return None
@@ -138,32 +141,28 @@ if HAS_GLUON:
         return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
-    def _off_operands(st, dpt, kbs, vbs, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr):
+    def _dv_operand(pt, linv, sdo, itau, A8_L: gl.constexpr):
+        """The FP8 dV product's A operand (`AttentionSpec.fp8_dv`, `_kv_tile`'s expression): E4M3 of
+        (p · (1/l · s_dO)) / τ, p carrying P's ×256, τ the key row's scale (itau = 1/τ, [BN] keys)."""
+        return gl.convert_layout(((pt * (linv * sdo)[None, :]) * itau[:, None]).to(gl.float8e4nv), A8_L)
+
+    @gluon.jit
+    def _off_operands(st, dpt, kbs, vbs, itau, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr,
+                      A8_L: gl.constexpr):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
-        token-block copies: one K and one V scale for the tile): Pᵀ's E4M3 values and dSᵀ, in bf16."""
+        token-block copies: one K and one V scale for the tile): Pᵀ·s_dO in E4M3 (`_dv_operand`), dSᵀ in bf16."""
         qs, m, linv, delta, sdo = _query_stats(st_s, QRY)
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
-        pq = gl.convert_layout(pt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-        return pq, gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L)
+        return (_dv_operand(pt, linv, sdo, itau, A8_L),
+                gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L))
 
     @gluon.jit
-    def _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE: gl.constexpr, BM: gl.constexpr, QRY: gl.constexpr):
-        """The V fold's row factor of a diagonal sub-tile's queries: the max of s_v over the tile's keys j <= i
-        (`attention_bwd._fold_rows`), or leaky (SAFE off) the whole tile's."""
-        if SAFE:
-            r = gl.load(RD + bhk.to(gl.int64) * S + offs_m)
-        else:
-            r = gl.zeros([BM], gl.float32, QRY) + gl.load(RB + rb)
-        return r
-
-    @gluon.jit
-    def _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk, zero, qk_scale,
-                       BM: gl.constexpr, QRY: gl.constexpr, A_L: gl.constexpr, BLK: gl.constexpr):
+    def _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
+                       QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr):
         """dV and dK of a diagonal sub-tile (its operands in ring stage `stage`, waited for), accumulated and
-        waited for: `_kv_tile`'s per-token K and V, the causal mask, V's per-token scale folded into P with the
-        fold's row factor r, the dV product's dO rows scaled into the program's own `dobd_s`."""
-        q_s, do_s, qb_s, dob_s, st_s = smems
+        waited for: `_kv_tile`'s per-token K and V and the causal mask."""
+        q_s, do_s, qb_s, dot_s, st_s = smems
         qs, m, linv, delta, sdo = _query_stats(st_s.index(stage), QRY)
         st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
         st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
@@ -171,25 +170,19 @@ if HAS_GLUON:
         keep = offs_n[:, None] <= offs_m[None, :]
         st = gl.where(keep, st, float("-inf"))
         pt = gl.exp2(st - (m - 8.0)[None, :])
-        xt = pt * vs[:, None] * gl.div_rn(gl.full([BM], 1.0, gl.float32, QRY), r)[None, :]
-        pq = gl.convert_layout(xt.to(gl.float8e4nv).to(gl.bfloat16), A_L)
-        # the dV product's dO rows: bf16(dO · r·prs·s_dO / l), `scaled_do` in `_kv_tile`'s order
-        w = r * gl.full([BM], 1.0 / 256.0, gl.float32, QRY) * sdo * linv
-        do_rows = do_s.index(stage).load(BLK).to(gl.float32)
-        dobd_s.store((do_rows * gl.convert_layout(w, gl.SliceLayout(1, BLK))[:, None]).to(gl.bfloat16))
-        fence_async_shared()
-        gl.thread_barrier()
+        dv = warpgroup_mma(_dv_operand(pt, linv, sdo, itau, A8_L), dot_s.index(stage).permute((1, 0)), dv,
+                           is_async=True)
         ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
-        dv = warpgroup_mma(pq, dobd_s, dv, is_async=True)
         dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
 
     @gluon.jit
-    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY: gl.constexpr, A_L: gl.constexpr):
+    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY: gl.constexpr, A_L: gl.constexpr,
+                      A8_L: gl.constexpr):
         """dV and dK of an off-diagonal sub-tile from its Sᵀ and dPᵀ (`_off_operands`), issued, not waited for."""
-        q_s, do_s, qb_s, dob_s, st_s = smems
-        pq, ds = _off_operands(st, dpt, kbs, vbs, qk_scale, st_s.index(stage), QRY, A_L)
-        dv = warpgroup_mma(pq, dob_s.index(stage), dv, is_async=True)
+        q_s, do_s, qb_s, dot_s, st_s = smems
+        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, qk_scale, st_s.index(stage), QRY, A_L, A8_L)
+        dv = warpgroup_mma(y8, dot_s.index(stage).permute((1, 0)), dv, is_async=True)
         dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
         return dv, dk
 
@@ -209,12 +202,12 @@ if HAS_GLUON:
             _release(empty, stage)
         elif not LAST:
             if j + STAGES < n_off:
-                _refill(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
+                _refill(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
 
     @gluon.jit
-    def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, dv, dk, zero, qk_scale, bh, lo, descs, S,
-                      QRY: gl.constexpr, A_L: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                      STATS_ROWS: gl.constexpr, WS: gl.constexpr):
+    def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale, bh, lo, descs,
+                      S, QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
+                      BM: gl.constexpr, STATS_ROWS: gl.constexpr, WS: gl.constexpr):
         """dV and dK over one query head's n_off > 0 off-diagonal sub-tiles, ring stages c.. (their first ones
         loaded or in flight): Sᵀ and dPᵀ of sub-tile j + 1 in flight during the elementwise work of j, each stage
         given up once its products retire (`_done_with`; WS: the warp-specialized kernel's consumer)."""
@@ -228,84 +221,95 @@ if HAS_GLUON:
             nxt = (c + j + 1) % STAGES
             mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
             st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
+            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
             # everything retires here: an accumulator still in flight across the loop's back edge
             # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
             st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
             _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, False)
         j = n_off - 1
         stage = (c + j) % STAGES
-        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, dv, dk, qk_scale, QRY, A_L)
+        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
         _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
         return dv, dk
 
     @gluon.jit
-    def _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN: gl.constexpr, D: gl.constexpr):
-        """The program's BN rows of dV and dK (times the softmax scale) in bf16, from the accumulators' layout."""
-        O_L: gl.constexpr = dv.type.layout
-        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, O_L))
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
-        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
-        gl.store(DV + rows, dv.to(gl.bfloat16))
-        gl.store(DK + rows, (dk * sm_scale).to(gl.bfloat16))
+    def _store_rows(X, acc, bhk, S, first, BN: gl.constexpr, D: gl.constexpr):
+        """The program's BN rows of an accumulator in bf16 [B·Hkv·S, D], from its own layout."""
+        L: gl.constexpr = acc.type.layout
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, L))
+        gl.store(X + (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :], acc.to(gl.bfloat16))
 
     @gluon.jit
-    def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr,
-                        WITH_DOB: gl.constexpr, S, STATS_ROWS: gl.constexpr):
+    def _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN: gl.constexpr, D: gl.constexpr):
+        """dV (times each row's τ / 256: the FP8 product's scales) and dK (times the softmax scale) in bf16."""
+        DV_L: gl.constexpr = dv.type.layout
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, DV_L))
+        tau = gl.load(TAU + bhk.to(gl.int64) * S + offs_r)
+        _store_rows(DV, dv * (tau * (1.0 / 256.0))[:, None], bhk, S, first, BN, D)
+        _store_rows(DK, dk * sm_scale, bhk, S, first, BN, D)
+
+    @gluon.jit
+    def _row_scales(TAU, bhk, S, offs_n):
+        """1/τ of the program's keys (`reference.dv_row_scale`), in the scores' key layout."""
+        tau = gl.load(TAU + bhk.to(gl.int64) * S + offs_n)
+        return gl.div_rn(gl.full_like(tau, 1.0), tau)
+
+    @gluon.jit
+    def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, S,
+                        STATS_ROWS: gl.constexpr):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
-        the Q8, dO8, QB, the queries' statistics and (WITH_DOB) DOB tiles."""
-        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
-        q_s, do_s, qb_s, dob_s, st_s = smems
+        the Q8, dO8, QB, the queries' statistics and dO8ᵀ tiles."""
+        q_desc, do_desc, qb_desc, dot_desc, st_desc = descs
+        q_s, do_s, qb_s, dot_s, st_s = smems
         stage = (c + j) % STAGES
         bar = ready.index(stage)
         row = bh * S + lo + j * BM
+        D: gl.constexpr = dot_desc.block_type.shape[0]
         nbytes: gl.constexpr = (2 * q_desc.block_type.nbytes + qb_desc.block_type.nbytes + st_desc.block_type.nbytes
-                                + (dob_desc.block_type.nbytes if WITH_DOB else 0))
+                                + dot_desc.block_type.nbytes)
         mbarrier.expect(bar, nbytes)
         tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
         tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
         tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
         tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
-        if WITH_DOB:
-            tma.async_copy_global_to_shared(dob_desc, [row, 0], bar, dob_s.index(stage))
+        tma.async_copy_global_to_shared(dot_desc, [bh * D, lo + j * BM], bar, dot_s.index(stage))
 
     @gluon.jit
-    def _refill(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, WITH_DOB: gl.constexpr, S,
-                STATS_ROWS: gl.constexpr):
+    def _refill(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, S, STATS_ROWS: gl.constexpr):
         """`_issue_sub_tile` from the warps that read the stage's previous statistics with plain shared-memory loads
         (generic proxy), as the fused kernel does: those reads ordered before the TMA (async proxy) overwrites them."""
         fence_async_shared()
-        _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES, BM, WITH_DOB, S, STATS_ROWS)
+        _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
 
     @gluon.jit
     def _dkdv_smem(descs, k_desc, vr_desc, D: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr,
                    STATS_ROWS: gl.constexpr):
-        """Both dK/dV kernels' shared memory: K's and V's rows (the per-token ones, then the token-block copies), the
-        ring of query sub-tiles (Q8, dO8, QB, DOB, the statistics: `smems`) and the diagonal's own scaled dO rows."""
-        q_desc, do_desc, qb_desc, dob_desc, st_desc = descs
+        """Both dK/dV kernels' shared memory: K's and V's rows (the per-token ones, then the token-block copies) and
+        the ring of query sub-tiles (Q8, dO8, QB, dO8ᵀ, the statistics: `smems`)."""
+        q_desc, do_desc, qb_desc, dot_desc, st_desc = descs
         k_s = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
         v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
         q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
         do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
         qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
-        dob_s = gl.allocate_shared_memory(dob_desc.dtype, [STAGES, BM, D], dob_desc.layout)
-        dobd_s = gl.allocate_shared_memory(dob_desc.dtype, [BM, D], dob_desc.layout)  # the diagonal's own
+        dot_s = gl.allocate_shared_memory(dot_desc.dtype, [STAGES, D, BM], dot_desc.layout)
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
-        return k_s, v_s, (q_s, do_s, qb_s, dob_s, st_s), dobd_s
+        return k_s, v_s, (q_s, do_s, qb_s, dot_s, st_s)
 
     @gluon.jit
-    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
-                           VS, VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
-                           BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                           STATS_ROWS: gl.constexpr):
+    def _dkdv_gluon_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS,
+                           VS, VBS, TAU, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                           BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr):
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
+        O8_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 32])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        A8_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O8_L, k_width=4)  # fp8 A from registers
         KEY: gl.constexpr = gl.SliceLayout(1, S_L)
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
-        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NW, 1], [1, 0])  # the diagonal's dO rows
 
         pid_n = gl.program_id(0)
         bhk = gl.program_id(1)
@@ -315,8 +319,8 @@ if HAS_GLUON:
         offs_n = first + gl.arange(0, BN, layout=KEY)
         kv_offs = bhk.to(gl.int64) * S + offs_n
 
-        descs = (q_desc, do_desc, qb_desc, dob_desc, st_desc)
-        k_s, v_s, smems, dobd_s = _dkdv_smem(descs, k_desc, vr_desc, D, BM, STAGES, STATS_ROWS)
+        descs = (q_desc, do_desc, qb_desc, dot_desc, st_desc)
+        k_s, v_s, smems = _dkdv_smem(descs, k_desc, vr_desc, D, BM, STAGES, STATS_ROWS)
         ready, kv_bar = _init_ring(STAGES)
 
         # the diagonal: per-token K and V rows, queries of tile t from this program's first key
@@ -325,8 +329,9 @@ if HAS_GLUON:
         tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_bar, v_s)
         ks = gl.load(KS + kv_offs)
         vs = gl.load(VS + kv_offs)
+        itau = _row_scales(TAU, bhk, S, offs_n)
         dk = gl.zeros([BN, D], gl.float32, O_L)
-        dv = gl.zeros([BN, D], gl.float32, O_L)
+        dv = gl.zeros([BN, D], gl.float32, O8_L)
         zero = gl.zeros([BN, BM], gl.float32, S_L)
         mbarrier.wait(kv_bar, 0)
         c = 0  # sub-tiles through the ring so far: stage and phase of the next one
@@ -334,16 +339,13 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _refill(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, False, S, STATS_ROWS)
+                _refill(0, c, bh, first + j * BM, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
-                r = _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE, BM, QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
-                                        zero, qk_scale, BM, QRY, A_L, BLK)
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
+                                        QRY, A_L, A8_L)
                 c += 1
-        # the diagonal's V fold undone (off it, P carries no V scale)
-        dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
 
         # off the diagonal: the token-block copies (every product on K and V has retired)
         mbarrier.expect(kv_bar, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
@@ -359,13 +361,13 @@ if HAS_GLUON:
             if n_off > 0:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
-                        _refill(i, c, bh, lo, descs, smems, ready, STAGES, BM, True, S, STATS_ROWS)
-                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, dv, dk, zero, qk_scale, bh,
-                                       lo, descs, S, QRY, A_L, STAGES, BM, STATS_ROWS, False)
+                        _refill(i, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, itau, dv, dk, zero, qk_scale,
+                                       bh, lo, descs, S, QRY, A_L, A8_L, STAGES, BM, STATS_ROWS, False)
                 c += n_off
 
         _retire_ring(ready, kv_bar, STAGES)
-        _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN, D)
+        _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN, D)
 
 
     @gluon.jit
@@ -496,15 +498,23 @@ def _rows_desc(t, rows: int, dtype):
                                         gl.NVMMASharedLayout.get_default_for([rows, d], dtype))
 
 
-def descriptors(q, k, do, qb, dob, vr, vbr, stats):
+def _cols_desc(t, cols: int, dtype):
+    """A TMA descriptor over t [..., D, S] (a K-major copy) as a 2-D view [-1, S] in [D, cols] boxes."""
+    d = t.shape[-2]
+    return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), [d, cols],
+                                        gl.NVMMASharedLayout.get_default_for([d, cols], dtype))
+
+
+def descriptors(q, k, do, qb, dot, vr, vbr, stats):
     """TMA descriptors over 2-D row views ([rows, D]): the query side in [BM, D] sub-tiles (Q8, dO8 and
-    the bf16 copies QB, DOB), the key side in [BN, D] tiles (K8, its token-block copy, V's rows and the
-    copy's rows, `attention_bwd_copies`); the queries' statistics (`attention_bwd_copies.query_stats`,
-    [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes, unswizzled: each row is read as one vector."""
+    the bf16 copy QB), dO8ᵀ ([B·Hq·D, S], the FP8 dV product's B operand) in [D, BM] boxes, the key side in
+    [BN, D] tiles (K8, its token-block copy, V's rows and the copy's rows, `attention_bwd_copies`); the
+    queries' statistics (`attention_bwd_copies.query_stats`, [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes,
+    unswizzled: each row is read as one vector."""
     f8, bf, desc = gl.float8e4nv, gl.bfloat16, _rows_desc
     plain = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
-    return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), desc(dob, BM, bf),
+    return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), _cols_desc(dot, BM, f8),
             desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st)
 
 
@@ -512,20 +522,20 @@ def descriptors(q, k, do, qb, dob, vr, vbr, stats):
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
-def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float):
     """dK, dV [B, Hkv, S, D] bf16 for the cases `eligible` accepts (`attention_bwd.backward`'s operands;
-    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR); stats: the queries'
-    statistics it filled, `attention_bwd_copies.query_stats`; r_diag, r_tile: the fold's row factors,
-    `attention_bwd._fold_rows`)."""
+    copies: `attention_bwd_copies.bf16_copies`' (QB, dO8ᵀ, KBF, KBBF, VR, VBR), dO8ᵀ [B, Hq, D, S] being dO's
+    bytes K-major; stats: the queries' statistics it filled, `attention_bwd_copies.query_stats`; tau [B, Hkv, S]:
+    the keys' dV row scales, `reference.dv_row_scale`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    qb, dob, _, _, vr, vbr = copies
+    qb, dot, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
     _dkdv_gluon_kernel[(seq // BN, b * hkv)](
-        *descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag, r_tile,
-        dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES,
-        SAFE=safeguards, STATS_ROWS=STATS_ROWS, num_warps=warps_for(BN),
+        *descriptors(q, k, do, qb, dot, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, tau, dk, dv,
+        sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BN=BN, BM=BM, TB=TB, STAGES=STAGES,
+        STATS_ROWS=STATS_ROWS, num_warps=warps_for(BN),
     )
     return dk, dv
 
@@ -561,7 +571,7 @@ def dq_descriptors(q, k, do, copies, bn: int):
 @torch.compiler.disable
 def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64):
     """dQ [B, Hq, S, D] bf16 for the cases `dq_eligible` accepts (`attention_bwd.backward`'s operands;
-    copies: `attention_bwd_copies.bf16_copies`' (QB, DOB, KBF, KBBF, VR, VBR)); bn: keys per sub-tile (32
+    copies: `attention_bwd_copies.bf16_copies`' (QB, dO8ᵀ, KBF, KBBF, VR, VBR)); bn: keys per sub-tile (32
     or 64; the products' sums run in the same order either way)."""
     if bn not in (32, 64):
         raise ValueError(f"gluon dQ key sub-tile {bn}: allowed 32 or 64")

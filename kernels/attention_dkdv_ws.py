@@ -9,16 +9,17 @@ every TMA copy into a ring of stages, each stage released by the consumer throug
 reading it have retired, and the consumer warpgroup (232 registers, two programs per SM as before) only waits,
 multiplies and issues products:
 
-- the producer loads K's and V's per-token rows, then each diagonal sub-tile's Q8, dO8, QB and statistics; once the
-  consumer has retired every product on the per-token rows (`kv_free`), the token-block copies into the same shared
-  memory, then each off-diagonal sub-tile's copies with dO's scaled rows (DOB);
+- the producer loads K's and V's per-token rows, then each sub-tile's Q8, dO8, QB, dO8ᵀ and statistics (the
+  diagonal's first); once the consumer has retired every product on the per-token rows (`kv_free`), the token-block
+  copies into the same shared memory before the off-diagonal sub-tiles;
 - the consumer runs `attention_bwd_gluon._dkdv_gluon_kernel`'s arithmetic, operation for operation (the same
   products, shapes and elementwise expressions, the off-diagonal loop's Sᵀ and dPᵀ of sub-tile j + 1 in flight over
   the elementwise work of j), so dK and dV are the same bits (a GPU test compares them).
 
 Launch option "ws_dkdv" of `attention_bwd.backward` (scripts' `:wsdkdv`), the fp8 fast path's default since
 session 15: the kernel 3848 / 4097 µs against the fused one's 4262 / 4355 at S = 8k, B×H = 64 (torch.profiler, two
-rounds), fwd + bwd 0.79 -> 0.85× cuDNN at 8k and 0.82 -> 0.88× at 16k in one run (`session15_wsdkdv.sh`, fa1d110).
+rounds), fwd + bwd 0.79 -> 0.85× cuDNN at 8k and 0.82 -> 0.88× at 16k in one run (`session15_wsdkdv.sh`, fa1d110),
+with bf16 dV; its dV product FP8 since session 16 (`attention_bwd_gluon`'s docstring).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """
@@ -36,19 +37,25 @@ if HAS_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
         tma,
+        warpgroup_mma_wait,
     )
 
     from .attention_bwd_gluon import (
         _diag_sub_tile,
         _dkdv_smem,
-        _fold_rows,
+        _fresh_products,
         _issue_sub_tile,
         _off_diagonal,
+        _off_sub_tile,
         _release,
+        _row_scales,
         _store_dkdv,
     )
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
+# Launch option ws_pairs: the off-diagonal sub-tiles two at a time (`_off_pairs`), on a ring of four stages (20.6 KB
+# each since the dV product is FP8: two programs still fit an SM's shared memory)
+PAIRS_STAGES = 4
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
@@ -59,12 +66,12 @@ if HAS_GLUON:
 
     @gluon.jit
     def _produce(c, bh, lo, descs, smems, ready, empty, S, STAGES: gl.constexpr, BM: gl.constexpr,
-                 WITH_DOB: gl.constexpr, STATS_ROWS: gl.constexpr):
+                 STATS_ROWS: gl.constexpr):
         """Sub-tile c of the program (query rows lo.. of head bh) into stage c % STAGES (`_issue_sub_tile`) once the
         consumer has released that stage's previous sub-tile (a fresh mbarrier counts the phase before its first as
         complete, hence parity 1 on the first round)."""
         mbarrier.wait(empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
-        _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, WITH_DOB, S, STATS_ROWS)
+        _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
 
     @gluon.jit
     def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G,
@@ -83,7 +90,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, False, STATS_ROWS)
+                _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS)
                 c += 1
         # the token-block copies replace the per-token rows once no product reads those
         mbarrier.wait(kv_free, 0)
@@ -94,22 +101,69 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range((S - lo0) // BM):
-                _produce(c, bh, lo0 + j * BM, descs, smems, ready, empty, S, STAGES, BM, True, STATS_ROWS)
+                _produce(c, bh, lo0 + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS)
                 c += 1
 
     @gluon.jit
-    def _consumer(smems, k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, RD, RB, DK, DV, qk_scale,
-                  sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                  STAGES: gl.constexpr, SAFE: gl.constexpr):
+    def _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero, qk_scale, QRY: gl.constexpr,
+                   A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr):
+        """Sᵀ and dPᵀ of sub-tile j + 1 issued, then sub-tile j's elementwise work and its dV and dK products; none
+        waited for."""
+        q_s, do_s = smems[0], smems[1]
+        b = (c + j + 1) % STAGES
+        mbarrier.wait(ready.index(b), ((c + j + 1) // STAGES) & 1)
+        st_n, dpt_n = _fresh_products(k_s, q_s.index(b), v_s, do_s.index(b), zero)
+        dv, dk = _off_sub_tile(st, dpt, smems, (c + j) % STAGES, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
+        return st_n, dpt_n, dv, dk
+
+    @gluon.jit
+    def _off_pairs(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale, QRY: gl.constexpr,
+                   A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr):
+        """`attention_bwd_gluon._off_diagonal` (WS) two sub-tiles a loop iteration: dV and dK of the first stay in
+        flight over the second's elementwise work (the loop's back edge still sees every product retired, as ptxas
+        needs: C7514), so a program waits for its bf16 dK product once a pair instead of once a sub-tile. The same
+        products in the same order: the same bits. n_off is a multiple of four (whole token blocks of 32-query
+        sub-tiles); the two stages of a pair are given back together, hence a ring of four."""
+        q_s, do_s = smems[0], smems[1]
+        stage = c % STAGES
+        mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+        st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
+        st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
+        for p in range(0, n_off // 2 - 1):
+            j = 2 * p
+            st1, dpt1, dv, dk = _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero,
+                                           qk_scale, QRY, A_L, A8_L, STAGES)
+            st1, dpt1 = warpgroup_mma_wait(num_outstanding=2, deps=(st1, dpt1))  # dV, dK of j stay in flight
+            st, dpt, dv, dk = _pair_half(st1, dpt1, c, j + 1, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk,
+                                         zero, qk_scale, QRY, A_L, A8_L, STAGES)
+            st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt, dv, dk))
+            _release(empty, (c + j) % STAGES)
+            _release(empty, (c + j + 1) % STAGES)
+        j = n_off - 2
+        st1, dpt1, dv, dk = _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero,
+                                       qk_scale, QRY, A_L, A8_L, STAGES)
+        st1, dpt1 = warpgroup_mma_wait(num_outstanding=2, deps=(st1, dpt1))
+        dv, dk = _off_sub_tile(st1, dpt1, smems, (c + j + 1) % STAGES, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L,
+                               A8_L)
+        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+        _release(empty, (c + j) % STAGES)
+        _release(empty, (c + j + 1) % STAGES)
+        return dv, dk
+
+    @gluon.jit
+    def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale, sm_scale,
+                  S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
+                  PAIRS: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BM, 32])
         O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
+        O8_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 32])
         A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        A8_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O8_L, k_width=4)  # fp8 A from registers
         KEY: gl.constexpr = gl.SliceLayout(1, S_L)
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
-        BLK: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [NW, 1], [1, 0])  # the diagonal's dO rows
 
         first = gl.program_id(0) * BN
         bhk = gl.program_id(1)
@@ -119,8 +173,9 @@ if HAS_GLUON:
         kv_offs = bhk.to(gl.int64) * S + offs_n
         ks = gl.load(KS + kv_offs)
         vs = gl.load(VS + kv_offs)
+        itau = _row_scales(TAU, bhk, S, offs_n)
         dk = gl.zeros([BN, D], gl.float32, O_L)
-        dv = gl.zeros([BN, D], gl.float32, O_L)
+        dv = gl.zeros([BN, D], gl.float32, O8_L)
         zero = gl.zeros([BN, BM], gl.float32, S_L)
         mbarrier.wait(kv_ready, 0)
         c = 0
@@ -129,14 +184,11 @@ if HAS_GLUON:
             for j in range(n_diag):
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
-                r = _fold_rows(RD, RB, rb, bhk, S, offs_m, SAFE, BM, QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, dobd_s, ks, vs, offs_n, offs_m, r, dv, dk,
-                                        zero, qk_scale, BM, QRY, A_L, BLK)
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
+                                        QRY, A_L, A8_L)
                 _release(empty, stage)
                 c += 1
-        # the diagonal's V fold undone (off it, P carries no V scale)
-        dv = dv * gl.convert_layout(gl.div_rn(gl.full([BN], 1.0, gl.float32, KEY), vs), gl.SliceLayout(1, O_L))[:, None]
         mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
 
         # off the diagonal: the token-block copies
@@ -146,18 +198,22 @@ if HAS_GLUON:
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
-                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, dv, dk, zero, qk_scale, 0, 0,
-                                       smems, S, QRY, A_L, STAGES, BM, 0, True)
+                if PAIRS:
+                    dv, dk = _off_pairs(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero,
+                                        qk_scale, QRY, A_L, A8_L, STAGES)
+                else:
+                    dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero,
+                                           qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True)
                 c += n_off
-        _store_dkdv(dv, dk, DK, DV, bhk, S, first, sm_scale, BN, D)
+        _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN, D)
 
     @gluon.jit
-    def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dob_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
-                        BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                        STATS_ROWS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-        k_s, v_s, smems, dobd_s = _dkdv_smem((q_desc, do_desc, qb_desc, dob_desc, st_desc), k_desc, vr_desc, D, BM,
-                                             STAGES, STATS_ROWS)
+    def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
+                        VBS, TAU, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                        BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
+                        PRODUCER_REGS: gl.constexpr, PAIRS: gl.constexpr):
+        k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
+                                     STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -169,30 +225,31 @@ if HAS_GLUON:
         mbarrier.init(kv_free, count=1)
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
-            (_consumer, (smems, k_s, v_s, dobd_s, ready, empty, kv_ready, kv_free, KS, KBS, VS,
-                         VBS, RD, RB, DK, DV, qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, SAFE)),
-            (_producer, ((q_desc, do_desc, qb_desc, dob_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
+            (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale,
+                         sm_scale, S, G, D, BN, BM, TB, STAGES, PAIRS)),
+            (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS))],
             [1], [PRODUCER_REGS])
 
 
-def constexprs(safeguards: bool) -> dict:
-    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, SAFE=safeguards, STATS_ROWS=STATS_ROWS,
-                PRODUCER_REGS=PRODUCER_REGS)
+def constexprs(pairs: bool = False) -> dict:
+    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=PAIRS_STAGES if pairs else STAGES, STATS_ROWS=STATS_ROWS,
+                PRODUCER_REGS=PRODUCER_REGS, PAIRS=pairs)
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, r_diag, r_tile, safeguards: bool, sm_scale: float):
-    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel."""
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, pairs: bool = False):
+    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel; pairs: its
+    off-diagonal loop two sub-tiles an iteration (`_off_pairs`, launch option ws_pairs)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    qb, dob, _, _, vr, vbr = copies
+    qb, dot, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
     _dkdv_ws_kernel[(seq // BN, b * hkv)](
-        *fused.descriptors(q, k, do, qb, dob, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, r_diag,
-        r_tile, dk, dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(safeguards),
+        *fused.descriptors(q, k, do, qb, dot, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, tau, dk,
+        dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(pairs),
         num_warps=fused.warps_for(BN), maxnreg=MAXNREG,
     )
     return dk, dv

@@ -375,11 +375,12 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
-        X, X8, Scale, O8, OScale, Delta, S, D,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        X, X8, X8T, Scale, O8, OScale, Delta, S, D,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_T: tl.constexpr = False,
     ):
         """One program: BLOCK_S tokens of dO; per-token fp8 bytes and scales of dO, and the backward's
-        delta = rowsum(deq(dO) ∘ deq(O)) from the saved per-token fp8 O, in one read of each."""
+        delta = rowsum(deq(dO) ∘ deq(O)) from the saved per-token fp8 O, in one read of each. WRITE_T: the
+        bytes also as [D, S] (the dV product's K-major B operand)."""
         bh = tl.program_id(0).to(tl.int64)
         offs_s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
         offs_d = tl.arange(0, BLOCK_D)
@@ -389,6 +390,9 @@ if HAS_TRITON:
         byte, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
         tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
         tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
+        if WRITE_T:
+            offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
+            tl.store(X8T + offs_t, tl.trans(byte.to(tl.uint8)), mask=tl.trans(mask))
         o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
         o_scale = tl.load(OScale + bh * S + offs_s, mask=offs_s < S, other=0.0)
         prod = (_e4m3_value(byte) * scale[:, None]) * (_e4m3_value(o_byte) * o_scale[:, None])
@@ -734,30 +738,35 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     return k_outs, v_outs
 
 
-def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor):
+def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor,
+                                      transposed: bool = False):
     """dO's per-token fp8 and the attention backward's delta, in one pass.
 
     x (dO) [..., S, D]; o8 float8_e4m3fn [..., S, D] with per-token o_scale [..., S] (the forward's
     saved O). Returns (x8, scale [..., S, 1], delta [..., S] fp32): x8 and scale are the bytes of
     `formats.quantize_fp8_per_token`; delta = rowsum(x8·scale ∘ o8·o_scale), as
-    `attention_operands.backward_delta` (up to the order of the fp32 sum).
+    `attention_operands.backward_delta` (up to the order of the fp32 sum). transposed: also x8_t
+    [..., D, S], the same bytes K-major (the FP8 dV product's B operand), written in the same pass.
     """
+    if transposed and x.dim() < 2:
+        raise ValueError(f"a transposed copy needs x of shape [..., S, D], got {tuple(x.shape)}")
     if x.dim() < 2 or not can_run_triton(x):
         x8, scale = F.quantize_fp8_per_token(x)
         delta = (F.dequantize_fp8(x8, scale) * F.dequantize_fp8(o8, o_scale[..., None])).sum(-1)
-        return x8, scale, delta
+        return (x8, scale, delta, x8.transpose(-1, -2).contiguous()) if transposed else (x8, scale, delta)
     x = x.contiguous()
     seq, dim = x.shape[-2], x.shape[-1]
     bh = x.numel() // max(1, seq * dim)
     x8 = torch.empty(x.shape, dtype=F.FP8_DTYPE, device=x.device)
+    x8t = torch.empty((*x.shape[:-2], dim, seq), dtype=F.FP8_DTYPE, device=x.device) if transposed else x8
     scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
     delta = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if x.numel():
         block_d = triton.next_power_of_2(dim)
         block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
         _fp8_tokens_delta_kernel[(bh, triton.cdiv(seq, block_s))](
-            x, x8.view(torch.uint8), scale, o8.contiguous().view(torch.uint8), o_scale.float().contiguous(),
-            delta, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
-            num_warps=_num_warps(block_s * block_d),
+            x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, o8.contiguous().view(torch.uint8),
+            o_scale.float().contiguous(), delta, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
+            WRITE_T=transposed, num_warps=_num_warps(block_s * block_d),
         )
-    return x8, scale, delta
+    return (x8, scale, delta, x8t) if transposed else (x8, scale, delta)

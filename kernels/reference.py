@@ -13,7 +13,9 @@ interpreter is off). The math, one query row i, key j <= i (log2 units, c = sm_s
     O_i   = Σ_n r_in Σ_{j∈n} deq(x)_ij · v8_j / l_i
 
 Backward (straight-through for every quantizer; dO quantized per `do`, dS per `ds`):
-dV_j = (1/s_v[j]) Σ_i deq(x)_ij · bf16(dO_i · r_in / l_i); dP = dO·Vᵀ; dS = P ∘ (dP - delta)
+dV_j = (1/s_v[j]) Σ_i deq(x)_ij · bf16(dO_i · r_in / l_i), or where pv and do are both fp8 (`fp8_dv`) one
+FP8 product, dV_j = (τ_j / 256) Σ_i E4M3(p_ij · (s_dO[i] / l_i) / τ_j) · dO8_i, with p ×256 and τ_j the
+largest s_dO among the queries that may see key j (`dv_row_scale`); dP = dO·Vᵀ; dS = P ∘ (dP - delta)
 with P = p / l and delta = rowsum(dO ∘ O) from the fp8-saved O; dQ = sm_scale·Σ deq(dS∘s_k)·k8,
 dK = sm_scale·Σ deq(dSᵀ∘s_q)·q8 with dS quantized along each product's contraction axis, one
 scale per row and DS_TILE-long group (the backward kernels' sub-tile).
@@ -79,6 +81,20 @@ def quant_rows(x: torch.Tensor, fmt: str, fixed: bool, tile: int = SEQ_BLOCK):
         vals = F.dequantize_nvfp4(F.NVFP4Tensor(q.codes, q.block_scale, torch.ones_like(glob))).flatten(-2)
         return vals, (glob.item() if fixed else glob.expand(xt.shape).flatten(-2))
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def dv_row_scale(do_scale: torch.Tensor, hkv: int, causal: bool) -> torch.Tensor:
+    """τ [B, Hkv, S] fp32 from dO's per-token scales [B, Hq, S]: for each key j, the largest s_dO among the
+    queries that may see it (i >= j when causal, every query otherwise) over the query heads sharing its K/V head.
+
+    The FP8 dV product's scale of row j (`AttentionSpec.fp8_dv`): P_ij · s_dO[i] / τ_j <= 1 for every query i
+    that sees key j, so ×256 fits E4M3 as P does in the forward, and τ_j is one number along the product's
+    contraction (the queries), so one accumulator chains every query sub-tile. A per-row scale of Pᵀ chosen
+    after the causal mask (FLAMIA.md): where dO is zero past a position t (the backward prefix test) those rows
+    carry the smallest scale there is, so τ_j for j <= t depends on dO[:t + 1] only."""
+    seen = do_scale.flip(-1).cummax(-1).values.flip(-1) if causal else do_scale.amax(-1, keepdim=True)
+    b, hq = do_scale.shape[:2]
+    return seen.expand_as(do_scale).reshape(b, hkv, hq // hkv, -1).amax(2).contiguous()
 
 
 def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:
@@ -203,9 +219,14 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
     sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)
-    # dV: the dequantized P the forward multiplied V by, P_ij = deq(x)_ij · fold_ij / (256 l_i).
-    pdeq = pr.xq * pr.prs * pr.fold * (linv[..., None] * (1.0 / 256.0))
-    dv = sum_groups(pdeq.transpose(-1, -2) @ do.dequant())
+    if spec.fp8_dv:  # one FP8 product: y = E4M3((p · (1/l · s_dO)) / τ) against dO's own bytes
+        tau = dv_row_scale(do.scale, hkv, causal)
+        w = linv * do.scale
+        y = F.quantize_fp8((pr.p * w[..., :, None]) * pr.kv(1.0 / tau)[..., None, :], torch.tensor(1.0)).float()
+        dv = sum_groups(y.transpose(-1, -2) @ do.vals.float()) * (tau * (1.0 / 256.0))[..., None]
+    else:  # the dequantized P the forward multiplied V by, P_ij = deq(x)_ij · fold_ij / (256 l_i)
+        pdeq = pr.xq * pr.prs * pr.fold * (linv[..., None] * (1.0 / 256.0))
+        dv = sum_groups(pdeq.transpose(-1, -2) @ do.dequant())
     # dS = P ∘ (dP - delta), P the unquantized softmax; dP against the V bytes each pair used.
     v_off = pr.off_rows(ops.v)
     dp = do.vals.float() @ pr.kv(ops.v.vals).float().transpose(-1, -2)

@@ -3,7 +3,8 @@
 Four operands, each one of ``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``:
 
 - ``qk``: Q and K in QKᵀ, and the same quantized Q, K reused in dQ = dS·K, dK = dSᵀ·Q.
-- ``pv``: P and V in P·V, and the same quantized V in dP = dO·Vᵀ (and P again in dV = Pᵀ·dO).
+- ``pv``: P and V in P·V, and the same quantized V in dP = dO·Vᵀ (and P again in dV = Pᵀ·dO; with pv and do
+  both fp8, P·s_dO re-quantized per key row, so that dV is an FP8 product: `AttentionSpec.fp8_dv`).
 - ``do``: dO in dV and dP.
 - ``ds``: dS in dQ and dK.
 
@@ -54,6 +55,12 @@ class AttentionSpec:
     def is_bf16(self) -> bool:
         """True if nothing is quantized (runs on SDPA)."""
         return all(getattr(self, op) == "bf16" for op in OPERANDS)
+
+    @property
+    def fp8_dv(self) -> bool:
+        """True if the backward's dV = Pᵀ·dO runs as an FP8 product (P and dO both fp8): P·s_dO re-quantized
+        per key row (`reference.dv_row_scale`), against dO's own per-token bytes."""
+        return self.pv == "fp8" and self.do == "fp8"
 
     @property
     def emulated(self) -> bool:

@@ -263,8 +263,8 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     sm = 1.0 / math.sqrt(shape[-1])
     ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True)
     o, lse2, moff, o8, os_ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, SEQ_BLOCK, True)
-    do_op = quantize_operand(do, "fp8", QZ)
-    delta = backward_delta(do_op, Operand(o8, os_))
+    do8, sdo, delta, do8t = QZ.quantize_fp8_per_token_with_delta(do, o8, os_, transposed=True)
+    do_op = Operand(do8, sdo[..., 0], do8t)  # as the autograd backward makes it (dO8ᵀ: the FP8 dV product's)
     fwd = lambda cfg=None: attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm, SEQ_BLOCK, True,  # noqa
                                                  config=cfg)
     bwd = lambda cfg=None: attention_bwd.backward(ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec,  # noqa
@@ -274,11 +274,11 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
         "fwd pre-pass (quantize Q, K, V)": (lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, True),
                                             None, None),
         "fwd kernel": (fwd, None, None),
-        "bwd pre-pass (quantize dO, delta; fused)": (lambda: QZ.quantize_fp8_per_token_with_delta(do, o8, os_),
-                                                     None, None),
+        "bwd pre-pass (quantize dO, dO8ᵀ, delta; fused)": (
+            lambda: QZ.quantize_fp8_per_token_with_delta(do, o8, os_, transposed=True), None, None),
         "bwd pre-pass unfused (PyTorch delta)": (lambda: backward_delta(quantize_operand(do, "fp8", QZ),
                                                                         Operand(o8, os_)), None, None),
-        "bwd copies for pre (bf16 Q, K, scaled dO; V rows)": (
+        "bwd copies for pre (bf16 Q, K; V rows)": (
             lambda: attention_bwd_copies.bf16_copies(ops.q, ops.k, ops.v, do_op, lse2, moff, delta), None, None),
         "bwd kernels (dK/dV + dQ)": (bwd, None, None),
     }

@@ -121,7 +121,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
                 "VBT": val(spec.pv), "DO": val(spec.do), "O": "*bf16", "O8": "*u8", "DK": "*bf16",
                 "DV": "*bf16", "DQ": "*bf16", "DOC": "*i32", "DSTART": "*i32", "DEND": "*i32",
                 # the backward's `pre` copies (attention_bwd._bf16_copies)
-                "QB": "*bf16", "DOB": "*bf16", "KBF": "*bf16", "KBBF": "*bf16", "VR": val(spec.pv), "VBR": val(spec.pv)}
+                "QB": "*bf16", "DOT": val(spec.do), "KBF": "*bf16", "KBBF": "*bf16", "VR": val(spec.pv),
+                "VBR": val(spec.pv)}
     # fp8 K and V carry their off-diagonal token-block copies (attention_operands._key_side)
     common = dict(D=dim, CAUSAL=causal, TINY=tiny, INTERP=False, HAS_DOC=False,
                   K_OFF=off_diagonal and spec.qk == "fp8", V_OFF=off_diagonal and spec.pv == "fp8")
@@ -155,7 +156,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
         if kernel == "dkdv":
             fn = bwd._dkdv_kernel
             consts.update(BN=bn, BM=sub, PV_FMT=fmt_code(spec.pv), SAFE=safeguards, FUSE_DQ=fuse, TB=block,
-                          R_PRE=bn != block)
+                          R_PRE=bn != block, FP8_DV=spec.fp8_dv)
         else:
             fn = bwd._dq_kernel
             consts.update(BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block), BN=sub, TB=block)
@@ -250,7 +251,7 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(safeguards: bool, ws: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False, pairs: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's)."""
@@ -262,14 +263,17 @@ def gluon_dkdv_report(safeguards: bool, ws: bool = False) -> dict:
 
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, seq = _gluon_backward_operands(G)
-    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, SAFE=safeguards, STATS_ROWS=G.STATS_ROWS)
+    consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, STATS_ROWS=G.STATS_ROWS)
     kernel, options = G._dkdv_gluon_kernel, {"num_warps": G.warps_for(G.BN)}
     if ws:
-        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(safeguards), {**options, "maxnreg": W.MAXNREG}
+        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(pairs), {**options, "maxnreg": W.MAXNREG}
     stats = torch.empty(1, G.STATS_ROWS, seq)
-    ptx = _compile_gluon(kernel, G.descriptors(q, k, do, rows(bf), rows(bf), rows(f8), rows(f8), stats),
-                         ["*fp32"] * 6 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, options)
-    return {"config": f"{G.warps_for(G.BN)}x{G.STAGES}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else ""),
+    dot = rows(f8).transpose(-1, -2).contiguous()  # dO8ᵀ
+    ptx = _compile_gluon(kernel, G.descriptors(q, k, do, rows(bf), dot, rows(f8), rows(f8), stats),
+                         ["*fp32"] * 5 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, options)
+    stages = consts["STAGES"]
+    return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
+            + (":wspairs" if pairs else ""),
             **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
@@ -339,9 +343,10 @@ def main(argv=None) -> int:
             elif kernel == "dkdv_gluon":
                 # the warp-specialized form (the fast path's default) is written for one warpgroup of 64 keys
                 ws = _bwd_gluon_width() == 64
-                reports = [(gluon_dkdv_report(not args.leaky), not ws)]
+                reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
-                    reports.append((gluon_dkdv_report(not args.leaky, True), True))
+                    reports.append((gluon_dkdv_report(True), True))
+                    reports.append((gluon_dkdv_report(True, True), False))
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

@@ -19,12 +19,13 @@ imports them when it runs).
                (default 3)
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
-      :pre     backward: read bf16 copies of Q, K, the scaled dO and V's rows (pre; fp8 operands)
+      :pre     backward: read the per-row copies of Q, K and V (pre; fp8 operands)
       :late    backward: issue dP after the softmax work instead of before it (dp_early off)
       :dkdv / :dq         backward: run one kernel only
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
                path's pre / half / x32 launch); :wsdkdv that kernel warp-specialized (attention_dkdv_ws: a
-               TMA producer warp); :gluondq / :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32
+               TMA producer warp), :wspairs with its off-diagonal loop two sub-tiles an iteration; :gluondq /
+               :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
-          "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64), "gluondq32": ("gluon_dq", 32),
+          "wsdkdv": ("ws_dkdv", True), "wspairs": ("ws_pairs", True), "gluondq": ("gluon_dq", 64),
+          "gluondq32": ("gluon_dq", 32),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
           "kernel": ("dq", "kernel"), "dkdv": ("which", "dkdv"), "dq": ("which", "dq")}

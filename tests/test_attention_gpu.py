@@ -223,13 +223,13 @@ def test_gpu_backward_deferred_copies_are_bit_identical(gluon):
     deferred_k = replace(ko, off=OffDiagonal(None, None, 128))
     got = bf16_copies(args[0], deferred_k, deferred, *args[3:7])
     want = bf16_copies(*args[:7])
-    names = ("QB", "DOB", "KBF", "KBBF", "VR", "VBR", "VBS", "KB", "KBS")
+    names = ("QB", "KBF", "KBBF", "VR", "VBR", "VBS", "KB", "KBS")
     for name, a, b in zip(names, got, want, strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
     want_vbr, _ = QZ.requantize_fp8_token_blocks(vo.vals_t, vo.scale, 128, transposed=True)
-    assert torch.equal(got[5].view(torch.uint8), want_vbr.mT.contiguous().view(torch.uint8))
+    assert torch.equal(got[4].view(torch.uint8), want_vbr.mT.contiguous().view(torch.uint8))
     want_kb, _ = QZ.requantize_fp8_token_blocks(ko.vals, ko.scale, 128)
-    assert torch.equal(got[7].view(torch.uint8), want_kb.view(torch.uint8))
+    assert torch.equal(got[6].view(torch.uint8), want_kb.view(torch.uint8))
     base = {**attention_bwd.launch_config(128, spec.ds), "gluon": gluon}
     given = attention_bwd.backward(*args, config=base)
     args[1], args[2] = deferred_k, deferred
@@ -592,8 +592,8 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
 def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     """The sm_90 Gluon dK/dV kernel (attention_bwd_gluon, launch option "gluon"; the fast path's default runs it
     warp-specialized, attention_dkdv_ws, compared with it below) against the Triton dK/dV kernel at the fast
-    path's launch: the same products and elementwise expressions (GQA, B > 1, S not a power of two; the diagonal's
-    V fold, safeguards on and off)."""
+    path's launch: the same products and elementwise expressions (GQA, B > 1, S not a power of two; the FP8 dV
+    product, safeguards on and off)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
     spec = AttentionSpec.parse("fp8")
@@ -611,13 +611,15 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     assert all(e <= 1e-5 for e in errs.values()) and all(g.abs().sum() > 0 for g in got[1:])
 
 
+@pytest.mark.parametrize("pairs", [False, True])
 @pytest.mark.parametrize("safeguards", [True, False])
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640)])
-def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
+def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, pairs, monkeypatch):
     """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv", the fast path's default: a TMA
-    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK
-    and dV the same bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no
-    off-diagonal sub-tile), with the safeguards on and off."""
+    producer warp, the consumer's products and elementwise work unchanged; with "ws_pairs" its off-diagonal loop two
+    sub-tiles an iteration on a ring of four stages) against the fused Gluon dK/dV kernel: dK and dV the same bits
+    (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no off-diagonal
+    sub-tile), with the safeguards on and off."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
 
     spec = AttentionSpec.parse("fp8")
@@ -627,11 +629,12 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     assert base["ws_dkdv"] is True  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "ws_dkdv": False})
     calls = _spy(monkeypatch, attention_dkdv_ws, "dkdv")
-    got = attention_bwd.backward(*args, config=base)
+    got = attention_bwd.backward(*args, config={**base, "ws_pairs": pairs})
     assert calls, "the warp-specialized dK/dV kernel never ran"
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
-    print(f"\nws dK/dV {shape} safeguards={safeguards}: rel-L2 vs the Gluon kernel {errs}, bit-identical {same}")
+    print(f"\nws dK/dV {shape} safeguards={safeguards} pairs={pairs}: rel-L2 vs the Gluon kernel {errs}, "
+          f"bit-identical {same}")
     assert all(same) and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 

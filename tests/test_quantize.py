@@ -346,20 +346,26 @@ def test_gpu_triton_matches_formats_at_scale(name, family):
         assert_same_bits(ref_cpu, tuple(o.cpu() for o in QUANTIZERS[name](Q, xs)))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("family", ["normal", "outliers", "zeros"])
-def test_dO_quantizer_with_fused_delta(family):
+def test_dO_quantizer_with_fused_delta(family, device):
     """The attention backward's fused pre-pass: dO's bytes and scales bit for bit as `formats`,
     and delta = rowsum(deq(dO) ∘ deq(O)) as the unfused PyTorch expression up to the sum's order."""
     from flamia_kernels.attention_operands import Operand, backward_delta
 
     shape = (2, 3, 192, 128)
-    do = make_input(family, shape, "fp8_token", seed=21).bfloat16()
-    o8, o_scale = F.quantize_fp8_per_token(make_input("normal", shape, "fp8_token", seed=22))
+    do = make_input(family, shape, "fp8_token", seed=21).bfloat16().to(device)
+    o8, o_scale = F.quantize_fp8_per_token(make_input("normal", shape, "fp8_token", seed=22).to(device))
     x8, scale, delta = Q.quantize_fp8_per_token_with_delta(do, o8, o_scale[..., 0])
     ref8, ref_scale = F.quantize_fp8_per_token(do)
     assert_same_bits((ref8, ref_scale), (x8, scale))
     want = backward_delta(Operand(ref8, ref_scale[..., 0]), Operand(o8, o_scale[..., 0]))
     torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-6 * want.abs().max().item())
+    # transposed (the FP8 dV product's B operand): the same bytes, scales and delta, plus the bytes as [D, S]
+    x8b, scaleb, deltab, x8t = Q.quantize_fp8_per_token_with_delta(do, o8, o_scale[..., 0], transposed=True)
+    assert_same_bits((x8, scale, delta), (x8b, scaleb, deltab))
+    assert x8t.shape == (*shape[:-2], shape[-1], shape[-2]) and x8t.is_contiguous()
+    assert torch.equal(x8t.view(torch.uint8), ref8.transpose(-1, -2).view(torch.uint8))
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
