@@ -428,8 +428,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     copies, any other launch computes them first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch), with
-    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits), "ws_pairs" that
-    form's off-diagonal loop two sub-tiles an iteration (`attention_dkdv_ws._off_pairs`; the same bits);
+    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
     """
     b, hq, seq, d = q.vals.shape
@@ -448,7 +447,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dp_early = config.pop("dp_early", True)
     gluon = config.pop("gluon", False)
     ws_dkdv = config.pop("ws_dkdv", False)
-    ws_pairs = config.pop("ws_pairs", False)
     gluon_dq = config.pop("gluon_dq", 0)
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
@@ -521,7 +519,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if on_gluon and which != "dq":
         copies = (qb, dot, kbf, kbbf, vr, vbr)
         if ws_dkdv:
-            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, pairs=ws_pairs)
+            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
         else:
             dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:

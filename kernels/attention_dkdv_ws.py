@@ -37,25 +37,19 @@ if HAS_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
         tma,
-        warpgroup_mma_wait,
     )
 
     from .attention_bwd_gluon import (
         _diag_sub_tile,
         _dkdv_smem,
-        _fresh_products,
         _issue_sub_tile,
         _off_diagonal,
-        _off_sub_tile,
         _release,
         _row_scales,
         _store_dkdv,
     )
 
 BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
-# Launch option ws_pairs: the off-diagonal sub-tiles two at a time (`_off_pairs`), on a ring of four stages (20.6 KB
-# each since the dV product is FP8: two programs still fit an SM's shared memory)
-PAIRS_STAGES = 4
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
@@ -105,55 +99,8 @@ if HAS_GLUON:
                 c += 1
 
     @gluon.jit
-    def _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero, qk_scale, QRY: gl.constexpr,
-                   A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr):
-        """Sᵀ and dPᵀ of sub-tile j + 1 issued, then sub-tile j's elementwise work and its dV and dK products; none
-        waited for."""
-        q_s, do_s = smems[0], smems[1]
-        b = (c + j + 1) % STAGES
-        mbarrier.wait(ready.index(b), ((c + j + 1) // STAGES) & 1)
-        st_n, dpt_n = _fresh_products(k_s, q_s.index(b), v_s, do_s.index(b), zero)
-        dv, dk = _off_sub_tile(st, dpt, smems, (c + j) % STAGES, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
-        return st_n, dpt_n, dv, dk
-
-    @gluon.jit
-    def _off_pairs(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale, QRY: gl.constexpr,
-                   A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr):
-        """`attention_bwd_gluon._off_diagonal` (WS) two sub-tiles a loop iteration: dV and dK of the first stay in
-        flight over the second's elementwise work (the loop's back edge still sees every product retired, as ptxas
-        needs: C7514), so a program waits for its bf16 dK product once a pair instead of once a sub-tile. The same
-        products in the same order: the same bits. n_off is a multiple of four (whole token blocks of 32-query
-        sub-tiles); the two stages of a pair are given back together, hence a ring of four."""
-        q_s, do_s = smems[0], smems[1]
-        stage = c % STAGES
-        mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-        st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-        st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-        for p in range(0, n_off // 2 - 1):
-            j = 2 * p
-            st1, dpt1, dv, dk = _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero,
-                                           qk_scale, QRY, A_L, A8_L, STAGES)
-            st1, dpt1 = warpgroup_mma_wait(num_outstanding=2, deps=(st1, dpt1))  # dV, dK of j stay in flight
-            st, dpt, dv, dk = _pair_half(st1, dpt1, c, j + 1, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk,
-                                         zero, qk_scale, QRY, A_L, A8_L, STAGES)
-            st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt, dv, dk))
-            _release(empty, (c + j) % STAGES)
-            _release(empty, (c + j + 1) % STAGES)
-        j = n_off - 2
-        st1, dpt1, dv, dk = _pair_half(st, dpt, c, j, k_s, v_s, smems, ready, kbs, vbs, itau, dv, dk, zero,
-                                       qk_scale, QRY, A_L, A8_L, STAGES)
-        st1, dpt1 = warpgroup_mma_wait(num_outstanding=2, deps=(st1, dpt1))
-        dv, dk = _off_sub_tile(st1, dpt1, smems, (c + j + 1) % STAGES, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L,
-                               A8_L)
-        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
-        _release(empty, (c + j) % STAGES)
-        _release(empty, (c + j + 1) % STAGES)
-        return dv, dk
-
-    @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale, sm_scale,
-                  S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                  PAIRS: gl.constexpr):
+                  S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -198,12 +145,8 @@ if HAS_GLUON:
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
-                if PAIRS:
-                    dv, dk = _off_pairs(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero,
-                                        qk_scale, QRY, A_L, A8_L, STAGES)
-                else:
-                    dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero,
-                                           qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True)
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale,
+                                       0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True)
                 c += n_off
         _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN, D)
 
@@ -211,7 +154,7 @@ if HAS_GLUON:
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
                         VBS, TAU, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, PAIRS: gl.constexpr):
+                        PRODUCER_REGS: gl.constexpr):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -226,22 +169,20 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale,
-                         sm_scale, S, G, D, BN, BM, TB, STAGES, PAIRS)),
+                         sm_scale, S, G, D, BN, BM, TB, STAGES)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS))],
             [1], [PRODUCER_REGS])
 
 
-def constexprs(pairs: bool = False) -> dict:
-    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=PAIRS_STAGES if pairs else STAGES, STATS_ROWS=STATS_ROWS,
-                PRODUCER_REGS=PRODUCER_REGS, PAIRS=pairs)
+def constexprs() -> dict:
+    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, STATS_ROWS=STATS_ROWS, PRODUCER_REGS=PRODUCER_REGS)
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, pairs: bool = False):
-    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel; pairs: its
-    off-diagonal loop two sub-tiles an iteration (`_off_pairs`, launch option ws_pairs)."""
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float):
+    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, _, _, vr, vbr = copies
@@ -249,7 +190,7 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, pairs: bool = False):
     dv = torch.empty_like(dk)
     _dkdv_ws_kernel[(seq // BN, b * hkv)](
         *fused.descriptors(q, k, do, qb, dot, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, tau, dk,
-        dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(pairs),
+        dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(),
         num_warps=fused.warps_for(BN), maxnreg=MAXNREG,
     )
     return dk, dv

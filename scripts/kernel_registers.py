@@ -251,7 +251,7 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(ws: bool = False, pairs: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's)."""
@@ -266,14 +266,13 @@ def gluon_dkdv_report(ws: bool = False, pairs: bool = False) -> dict:
     consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, STATS_ROWS=G.STATS_ROWS)
     kernel, options = G._dkdv_gluon_kernel, {"num_warps": G.warps_for(G.BN)}
     if ws:
-        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(pairs), {**options, "maxnreg": W.MAXNREG}
+        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(), {**options, "maxnreg": W.MAXNREG}
     stats = torch.empty(1, G.STATS_ROWS, seq)
     dot = rows(f8).transpose(-1, -2).contiguous()  # dO8ᵀ
     ptx = _compile_gluon(kernel, G.descriptors(q, k, do, rows(bf), dot, rows(f8), rows(f8), stats),
                          ["*fp32"] * 5 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, options)
     stages = consts["STAGES"]
-    return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
-            + (":wspairs" if pairs else ""),
+    return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else ""),
             **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
@@ -346,7 +345,6 @@ def main(argv=None) -> int:
                 reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
                     reports.append((gluon_dkdv_report(True), True))
-                    reports.append((gluon_dkdv_report(True, True), False))
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

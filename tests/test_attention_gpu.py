@@ -141,9 +141,12 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
           f"dV {_rel(fused[2], split[2]):.2e}")
     bar = 3e-3 if spec.pv == "fp8" and spec.do == "fp8" else 1e-3
     assert err <= bar and fused[0].abs().sum() > 0
-    # dK, dV: the same arithmetic in both builds of the kernel (measured bit-identical on the H200;
-    # the compiler may contract a multiply-add differently, so not asserted bit for bit here)
-    assert _rel(fused[1], split[1]) <= 1e-5 and _rel(fused[2], split[2]) <= 1e-5
+    # dK: the same arithmetic in both builds of the kernel (measured bit-identical on the H200; the compiler may
+    # contract a multiply-add differently, so not asserted bit for bit here). dV: where it is an FP8 product
+    # (`fp8_dv`) the split launch runs the Gluon dK/dV kernel, which chains the sub-tiles' products in one
+    # accumulator (test_gpu_gluon_dkdv_matches_the_triton_kernel: 4.0e-3 apart), the atomic one the Triton kernel
+    dv_bar = 1e-2 if spec.fp8_dv else 1e-5
+    assert _rel(fused[1], split[1]) <= 1e-5 and _rel(fused[2], split[2]) <= dv_bar
 
 
 @pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
@@ -608,18 +611,20 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
     print(f"\ngluon dK/dV safeguards={safeguards}: rel-L2 {errs}, bit-identical {same}")
-    assert all(e <= 1e-5 for e in errs.values()) and all(g.abs().sum() > 0 for g in got[1:])
+    # dK: the same bits. dV: the same E4M3 operands, but the Gluon kernel chains every sub-tile's FP8 product into
+    # one accumulator, which Hopper adds at reduced precision, where the Triton kernel adds a fresh product per
+    # sub-tile in fp32 (4.0e-3 apart here on the H200, 2026-12-02; against exact attention the two are within
+    # 2e-4 of each other's 5.4% error up to S = 16k: scripts/dv_accuracy_probe.py, docs/benchmarks.md)
+    assert same[0] and errs["dV"] <= 1e-2 and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 
-@pytest.mark.parametrize("pairs", [False, True])
 @pytest.mark.parametrize("safeguards", [True, False])
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640)])
-def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, pairs, monkeypatch):
+def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv", the fast path's default: a TMA
-    producer warp, the consumer's products and elementwise work unchanged; with "ws_pairs" its off-diagonal loop two
-    sub-tiles an iteration on a ring of four stages) against the fused Gluon dK/dV kernel: dK and dV the same bits
-    (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no off-diagonal
-    sub-tile), with the safeguards on and off."""
+    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK
+    and dV the same bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no
+    off-diagonal sub-tile), with the safeguards on and off."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
 
     spec = AttentionSpec.parse("fp8")
@@ -629,12 +634,11 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, pairs, monkeypa
     assert base["ws_dkdv"] is True  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "ws_dkdv": False})
     calls = _spy(monkeypatch, attention_dkdv_ws, "dkdv")
-    got = attention_bwd.backward(*args, config={**base, "ws_pairs": pairs})
+    got = attention_bwd.backward(*args, config=base)
     assert calls, "the warp-specialized dK/dV kernel never ran"
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
-    print(f"\nws dK/dV {shape} safeguards={safeguards} pairs={pairs}: rel-L2 vs the Gluon kernel {errs}, "
-          f"bit-identical {same}")
+    print(f"\nws dK/dV {shape} safeguards={safeguards}: rel-L2 vs the Gluon kernel {errs}, bit-identical {same}")
     assert all(same) and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 
