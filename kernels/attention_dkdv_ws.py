@@ -49,7 +49,10 @@ if HAS_GLUON:
         _store_dkdv,
     )
 
-BN, BM, TB, STAGES = fused.BN, fused.BM, fused.TB, fused.STAGES
+BN, BM, TB = fused.BN, fused.BM, fused.TB
+# ring stages: four since the dV product is FP8 (a stage 20.6 KB: Q8, dO8, dO8ᵀ, QB, statistics; two programs per SM
+# in 2 × 98.5 KB): 3460-3539 µs against three stages' 3665-3725 at S = 8k, B×H = 64 (session16_stages.sh)
+STAGES = 4
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread

@@ -97,7 +97,7 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
     assert len(row) == 2 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
     # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM)
-    assert "4x3x32:bn64:pre:gluon:wsdkdv (default)" in row[1] and 0 < int(row[1].split()[-3]) <= 128, row
+    assert "4x4x32:bn64:pre:gluon:wsdkdv (default)" in row[1] and 0 < int(row[1].split()[-3]) <= 128, row
     assert "serialized" not in out.stdout, out.stdout
     for mma in ("m64n32k32.f32.e4m3.e4m3", "m64n128k32.f32.e4m3.e4m3", "m64n128k16.f32.bf16.bf16"):
         assert mma in out.stdout, (mma, out.stdout)
