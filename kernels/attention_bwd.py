@@ -503,7 +503,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dv = spec.fp8_dv
     if fp8_dv:
         dot = do.vals_t if do.vals_t is not None else do.vals.transpose(-1, -2).contiguous()
-        tau = dv_row_scale(do.scale, hkv, causal)
+        tau = dv_row_scale(do.scale, hkv, causal, None if doc is None else doc[0])
     else:
         dot = tau = moff  # unread
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF

@@ -41,7 +41,7 @@ from .attention_operands import (
     quantize_operand,
 )
 from .attention_operands import quantize_output as _quantize_output
-from .document import document_causal_mask
+from .document import doc_tables, document_causal_mask
 from .spec import SEQ_BLOCK, AttentionSpec
 
 LOG2E = 1.4426950408889634
@@ -83,18 +83,33 @@ def quant_rows(x: torch.Tensor, fmt: str, fixed: bool, tile: int = SEQ_BLOCK):
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def dv_row_scale(do_scale: torch.Tensor, hkv: int, causal: bool) -> torch.Tensor:
+def dv_row_scale(do_scale: torch.Tensor, hkv: int, causal: bool, doc_index: torch.Tensor | None = None) -> torch.Tensor:
     """τ [B, Hkv, S] fp32 from dO's per-token scales [B, Hq, S]: for each key j, the largest s_dO among the
-    queries that may see it (i >= j when causal, every query otherwise) over the query heads sharing its K/V head.
+    queries that may see it (i >= j when causal, every query otherwise; with `doc_index`, the dense document index
+    [B, S] of `document.doc_tables`, only those of j's document) over the query heads sharing its K/V head.
 
     The FP8 dV product's scale of row j (`AttentionSpec.fp8_dv`): P_ij · s_dO[i] / τ_j <= 1 for every query i
     that sees key j, so ×256 fits E4M3 as P does in the forward, and τ_j is one number along the product's
     contraction (the queries), so one accumulator chains every query sub-tile. A per-row scale of Pᵀ chosen
-    after the causal mask (FLAMIA.md): where dO is zero past a position t (the backward prefix test) those rows
-    carry the smallest scale there is, so τ_j for j <= t depends on dO[:t + 1] only."""
-    seen = do_scale.flip(-1).cummax(-1).values.flip(-1) if causal else do_scale.amax(-1, keepdim=True)
-    b, hq = do_scale.shape[:2]
-    return seen.expand_as(do_scale).reshape(b, hkv, hq // hkv, -1).amax(2).contiguous()
+    after the mask (FLAMIA.md): where dO is zero past a position t (the backward prefix test) those rows carry
+    the smallest scale there is, so τ_j for j <= t depends on dO[:t + 1] only; with documents, on j's document
+    only (a document's gradients are those of running it alone)."""
+    b, hq, seq = do_scale.shape
+    if doc_index is None:
+        seen = do_scale.flip(-1).cummax(-1).values.flip(-1) if causal else do_scale.amax(-1, keepdim=True)
+        seen = seen.expand_as(do_scale)
+    else:
+        doc = doc_index.to(device=do_scale.device, dtype=torch.int64)[:, None, :].expand(b, hq, seq)
+        if causal:  # a suffix max that restarts at each document: the scales' bits (positive floats, so ordered
+            # as integers) under a prefix that grows towards earlier documents, read from the end
+            rank = doc.amax(-1, keepdim=True) - doc
+            bits = do_scale.float().contiguous().view(torch.int32).to(torch.int64)
+            key = ((rank << 32) | bits).flip(-1).cummax(-1).values.flip(-1)
+            seen = (key & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+        else:  # each document's max
+            seen = torch.zeros_like(do_scale, dtype=torch.float32).scatter_reduce(
+                -1, doc, do_scale.float(), "amax", include_self=False).gather(-1, doc)
+    return seen.reshape(b, hkv, hq // hkv, seq).amax(2).contiguous()
 
 
 def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:
@@ -220,7 +235,7 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
     sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)
     if spec.fp8_dv:  # one FP8 product: y = E4M3((p · (1/l · s_dO)) / τ) against dO's own bytes
-        tau = dv_row_scale(do.scale, hkv, causal)
+        tau = dv_row_scale(do.scale, hkv, causal, None if doc_ids is None else doc_tables(doc_ids)[0])
         w = linv * do.scale
         y = F.quantize_fp8((pr.p * w[..., :, None]) * pr.kv(1.0 / tau)[..., None, :], torch.tensor(1.0)).float()
         dv = sum_groups(y.transpose(-1, -2) @ do.vals.float()) * (tau * (1.0 / 256.0))[..., None]

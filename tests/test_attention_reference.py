@@ -94,7 +94,8 @@ def test_kernels_fixed_p_global_is_the_reference_value():
 @pytest.mark.parametrize("causal", [True, False])
 def test_dv_row_scale_is_the_largest_do_scale_among_the_queries_that_see_each_key(causal):
     """τ_j (`reference.dv_row_scale`, the FP8 dV product's row scale): the largest s_dO over the query heads of
-    key j's K/V head and the queries that may see j (i >= j when causal, all otherwise), element by element."""
+    key j's K/V head and the queries that may see j (i >= j when causal, all otherwise; with documents, in j's
+    document only), element by element."""
     gen = torch.Generator().manual_seed(7)
     sdo = torch.rand(2, 6, 40, generator=gen) * torch.logspace(-3, 2, 40)[torch.randperm(40, generator=gen)]
     tau = reference.dv_row_scale(sdo, 2, causal)
@@ -104,6 +105,18 @@ def test_dv_row_scale_is_the_largest_do_scale_among_the_queries_that_see_each_ke
             for j in range(40):
                 seen = sdo[b, 3 * h:3 * h + 3, j if causal else 0:]
                 assert tau[b, h, j] == seen.max(), (b, h, j)
+    # with documents: only the queries of key j's document (a document's gradients are those of running it alone)
+    from flamia_kernels.document import doc_tables
+
+    ids = torch.tensor([[0] * 10 + [1] * 15 + [2] * 15, [5] * 40])
+    tau = reference.dv_row_scale(sdo, 2, causal, doc_tables(ids)[0])
+    assert torch.equal(tau[1], reference.dv_row_scale(sdo, 2, causal)[1])  # one document: as without
+    pos = torch.arange(40)
+    for b in range(2):
+        for h in range(2):
+            for j in range(40):
+                sees = (ids[b] == ids[b, j]) & ((pos >= j) if causal else True)
+                assert tau[b, h, j] == sdo[b, 3 * h:3 * h + 3][:, sees].max(), (b, h, j)
 
 
 def test_fp8_dv_product_stays_within_fp8_rounding():
