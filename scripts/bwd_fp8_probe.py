@@ -13,7 +13,9 @@ with those products swapped for FP8 ones of the same shapes, fed from transposed
 work the FP8 operands need (dV: one multiply by a per-query factor; dK: a per-row amax over the sub-tile, a running
 max and one multiply per element; the rare rescale of dK when a row's running scale grows is left out). The
 outputs are not dK and dV (no reference would match them); the baseline is the real kernel on the same inputs.
-Never imported by the package.
+Measured at commit 122df71 (session 16: FP8 dV −11%, FP8 dK +15%, docs/benchmarks.md), against that commit's
+kernels: the FP8 dV product has been the kernels' own since b78f129, so run it from a checkout of 122df71 (`git
+worktree add /tmp/probe 122df71`). Never imported by the package.
 """
 from __future__ import annotations
 
