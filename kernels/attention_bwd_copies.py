@@ -55,11 +55,16 @@ if HAS_TRITON:
     )
 
     @triton.jit
-    def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
-        """Per query row of one tile: M, 1/l (reference.unpack_stats), delta, dO values and scale."""
+    def row_max_and_inverse_sum(LSE2, MOFF, bh, offs_m, S):
+        """Per query row: the integer row max M and 1/l from the saved statistics (reference.unpack_stats)."""
         lse2 = tl.load(LSE2 + bh * S + offs_m)
         m = tl.floor(lse2) - tl.load(MOFF + bh * S + offs_m).to(tl.float32)
-        linv = tl.exp2(m - lse2)
+        return m, tl.exp2(m - lse2)
+
+    @triton.jit
+    def row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D: tl.constexpr):
+        """Per query row of one tile: M, 1/l (`row_max_and_inverse_sum`), delta, dO values and scale."""
+        m, linv = row_max_and_inverse_sum(LSE2, MOFF, bh, offs_m, S)
         delta = tl.load(DELTA + bh * S + offs_m)
         do = tl.load(DO + bh * S * D + offs_m[:, None] * D + offs_d[None, :])
         sdo = tl.load(DOS + bh * S + offs_m)
@@ -81,12 +86,11 @@ if HAS_TRITON:
         rows = bh * S * D + offs_m[:, None] * D + offs_d[None, :]
         tl.store(QB + rows, tl.load(Q + rows).to(tl.bfloat16))
         if WITH_STATS:
-            lse2 = tl.load(LSE2 + bh * S + offs_m)  # `row_stats`' expressions, so the same bits
-            m = tl.floor(lse2) - tl.load(MOFF + bh * S + offs_m).to(tl.float32)
+            m, linv = row_max_and_inverse_sum(LSE2, MOFF, bh, offs_m, S)  # as `row_stats`: the same bits
             base = STATS + bh * ROWS * S + offs_m
             tl.store(base, tl.load(QS + bh * S + offs_m))
             tl.store(base + S, m)
-            tl.store(base + 2 * S, tl.exp2(m - lse2))
+            tl.store(base + 2 * S, linv)
             tl.store(base + 3 * S, tl.load(DELTA + bh * S + offs_m))
             tl.store(base + 4 * S, tl.load(DOS + bh * S + offs_m))
 

@@ -226,6 +226,12 @@ if HAS_TRITON:
         return _e4m3_code(_div_by_shared(x, scale[:, None])), scale
 
     @triton.jit
+    def _store_transposed(X8T, byte, mask, bh, offs_s, offs_d, S, D):
+        """A [BLOCK_S, BLOCK_D] tile of one slice's bytes into its [D, S] copy (the K-major operand)."""
+        offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
+        tl.store(X8T + offs_t, tl.trans(byte), mask=tl.trans(mask))
+
+    @triton.jit
     def _fp8_tokens_kernel(
         X, X8, X8T, Scale, S, D,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -250,8 +256,7 @@ if HAS_TRITON:
         byte = code.to(tl.uint8)
         tl.store(X8 + offs, byte, mask=mask)
         if WRITE_T:  # the same bytes, [D, S]: K-major operand for the token-contracting products
-            offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
-            tl.store(X8T + offs_t, tl.trans(byte), mask=tl.trans(mask))
+            _store_transposed(X8T, byte, mask, bh, offs_s, offs_d, S, D)
 
     @triton.jit
     def _fp8_requant_blocks_kernel(
@@ -391,8 +396,7 @@ if HAS_TRITON:
         tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
         tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
         if WRITE_T:
-            offs_t = bh * S * D + offs_d[:, None] * S + offs_s[None, :]
-            tl.store(X8T + offs_t, tl.trans(byte.to(tl.uint8)), mask=tl.trans(mask))
+            _store_transposed(X8T, byte.to(tl.uint8), mask, bh, offs_s, offs_d, S, D)
         o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
         o_scale = tl.load(OScale + bh * S + offs_s, mask=offs_s < S, other=0.0)
         prod = (_e4m3_value(byte) * scale[:, None]) * (_e4m3_value(o_byte) * o_scale[:, None])
