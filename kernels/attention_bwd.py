@@ -52,7 +52,7 @@ from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
-from .reference import DS_TILE, dv_row_scale
+from .reference import DS_TILE, dk_row_scale, dv_row_scale, unpack_stats
 
 if HAS_TRITON:
     import triton
@@ -430,6 +430,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch), with
     "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
+    "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
+    (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
+    (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -448,6 +451,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     gluon = config.pop("gluon", False)
     ws_dkdv = config.pop("ws_dkdv", False)
     gluon_dq = config.pop("gluon_dq", 0)
+    fp8_dk = config.pop("fp8_dk", False)
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
                          f"Gluon dQ kernel's key sub-tile)")
@@ -516,10 +520,18 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     # the fold's row factors: read by Triton programs narrower than the tile where dV folds V's scale into P
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block and not fp8_dv else (moff, moff)
+    if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
+        raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
+                         "fast path's launch with ws_dkdv)")
     if on_gluon and which != "dq":
         copies = (qb, dot, kbf, kbbf, vr, vbr)
         if ws_dkdv:
-            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
+            probe = None
+            if fp8_dk:
+                rho = dk_row_scale(q.scale, do, delta, unpack_stats(lse2, moff)[1], v.scale, v.off.per_token_scale(),
+                                   causal, block)
+                probe = (q.vals.transpose(-1, -2).contiguous(), rho)
+            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
         else:
             dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:

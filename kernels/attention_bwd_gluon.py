@@ -141,25 +141,45 @@ if HAS_GLUON:
         return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
+    def _dk_operand(pt, dpt, sv, qs, linv, delta, sdo, isig, A_L: gl.constexpr, A8_L: gl.constexpr,
+                    FP8_DK: gl.constexpr):
+        """The dK product's A operand: dSᵀ·s_q in bf16 (`_dst_bf16`), or FP8_DK (launch option fp8_dk, a probe) its
+        E4M3 under the key row's bound scale (isig = 1/ρ per key, `reference.dk_row_scale`)."""
+        if FP8_DK:
+            dpt = dpt * (sv * sdo[None, :])
+            dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+            return gl.convert_layout(((dst * qs[None, :]) * isig[:, None]).to(gl.float8e4nv), A8_L)
+        else:
+            return gl.convert_layout(_dst_bf16(pt, dpt, sv, qs, linv, delta, sdo), A_L)
+
+    @gluon.jit
+    def _dk_product(ds, qb_tile, dk, FP8_DK: gl.constexpr):
+        """dK += dSᵀ·Q over the sub-tile's queries, issued: against QB (bf16 rows) or, FP8_DK, Q8ᵀ (K-major)."""
+        if FP8_DK:
+            return warpgroup_mma(ds, qb_tile.permute((1, 0)), dk, is_async=True)
+        else:
+            return warpgroup_mma(ds, qb_tile, dk, is_async=True)
+
+    @gluon.jit
     def _dv_operand(pt, linv, sdo, itau, A8_L: gl.constexpr):
         """The FP8 dV product's A operand (`AttentionSpec.fp8_dv`, `_kv_tile`'s expression): E4M3 of
         (p · (1/l · s_dO)) / τ, p carrying P's ×256, τ the key row's scale (itau = 1/τ, [BN] keys)."""
         return gl.convert_layout(((pt * (linv * sdo)[None, :]) * itau[:, None]).to(gl.float8e4nv), A8_L)
 
     @gluon.jit
-    def _off_operands(st, dpt, kbs, vbs, itau, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr,
-                      A8_L: gl.constexpr):
+    def _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr,
+                      A8_L: gl.constexpr, FP8_DK: gl.constexpr):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
         token-block copies: one K and one V scale for the tile): Pᵀ·s_dO in E4M3 (`_dv_operand`), dSᵀ in bf16."""
         qs, m, linv, delta, sdo = _query_stats(st_s, QRY)
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         return (_dv_operand(pt, linv, sdo, itau, A8_L),
-                gl.convert_layout(_dst_bf16(pt, dpt, vbs, qs, linv, delta, sdo), A_L))
+                _dk_operand(pt, dpt, vbs, qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK))
 
     @gluon.jit
-    def _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
-                       QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr):
+    def _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero, qk_scale,
+                       QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, FP8_DK: gl.constexpr):
         """dV and dK of a diagonal sub-tile (its operands in ring stage `stage`, waited for), accumulated and
         waited for: `_kv_tile`'s per-token K and V and the causal mask."""
         q_s, do_s, qb_s, dot_s, st_s = smems
@@ -172,18 +192,18 @@ if HAS_GLUON:
         pt = gl.exp2(st - (m - 8.0)[None, :])
         dv = warpgroup_mma(_dv_operand(pt, linv, sdo, itau, A8_L), dot_s.index(stage).permute((1, 0)), dv,
                            is_async=True)
-        ds = gl.convert_layout(_dst_bf16(pt, dpt, vs[:, None], qs, linv, delta, sdo), A_L)
-        dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+        ds = _dk_operand(pt, dpt, vs[:, None], qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK)
+        dk = _dk_product(ds, qb_s.index(stage), dk, FP8_DK)
         return warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
 
     @gluon.jit
-    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY: gl.constexpr, A_L: gl.constexpr,
-                      A8_L: gl.constexpr):
+    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY: gl.constexpr,
+                      A_L: gl.constexpr, A8_L: gl.constexpr, FP8_DK: gl.constexpr):
         """dV and dK of an off-diagonal sub-tile from its Sᵀ and dPᵀ (`_off_operands`), issued, not waited for."""
         q_s, do_s, qb_s, dot_s, st_s = smems
-        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, qk_scale, st_s.index(stage), QRY, A_L, A8_L)
+        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, st_s.index(stage), QRY, A_L, A8_L, FP8_DK)
         dv = warpgroup_mma(y8, dot_s.index(stage).permute((1, 0)), dv, is_async=True)
-        dk = warpgroup_mma(ds, qb_s.index(stage), dk, is_async=True)
+        dk = _dk_product(ds, qb_s.index(stage), dk, FP8_DK)
         return dv, dk
 
     @gluon.jit
@@ -205,9 +225,9 @@ if HAS_GLUON:
                 _refill(j + STAGES, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
 
     @gluon.jit
-    def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale, bh, lo, descs,
-                      S, QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
-                      BM: gl.constexpr, STATS_ROWS: gl.constexpr, WS: gl.constexpr):
+    def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero, qk_scale, bh, lo,
+                      descs, S, QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
+                      BM: gl.constexpr, STATS_ROWS: gl.constexpr, WS: gl.constexpr, FP8_DK: gl.constexpr = False):
         """dV and dK over one query head's n_off > 0 off-diagonal sub-tiles, ring stages c.. (their first ones
         loaded or in flight): Sᵀ and dPᵀ of sub-tile j + 1 in flight during the elementwise work of j, each stage
         given up once its products retire (`_done_with`; WS: the warp-specialized kernel's consumer)."""
@@ -221,14 +241,15 @@ if HAS_GLUON:
             nxt = (c + j + 1) % STAGES
             mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
             st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
+            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY, A_L, A8_L,
+                                   FP8_DK)
             # everything retires here: an accumulator still in flight across the loop's back edge
             # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
             st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
             _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, False)
         j = n_off - 1
         stage = (c + j) % STAGES
-        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, dv, dk, qk_scale, QRY, A_L, A8_L)
+        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY, A_L, A8_L, FP8_DK)
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
         _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
         return dv, dk
@@ -242,13 +263,20 @@ if HAS_GLUON:
         gl.store(X + (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :], acc.to(gl.bfloat16))
 
     @gluon.jit
-    def _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN: gl.constexpr, D: gl.constexpr):
-        """dV (times each row's τ / 256: the FP8 product's scales) and dK (times the softmax scale) in bf16."""
+    def _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN: gl.constexpr, D: gl.constexpr,
+                    FP8_DK: gl.constexpr = False):
+        """dV (times each row's τ / 256: the FP8 product's scales) and dK (times the softmax scale, and FP8_DK each
+        row's ρ) in bf16."""
         DV_L: gl.constexpr = dv.type.layout
         offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, DV_L))
         tau = gl.load(TAU + bhk.to(gl.int64) * S + offs_r)
         _store_rows(DV, dv * (tau * (1.0 / 256.0))[:, None], bhk, S, first, BN, D)
-        _store_rows(DK, dk * sm_scale, bhk, S, first, BN, D)
+        if FP8_DK:
+            DK_L: gl.constexpr = dk.type.layout
+            rho = gl.load(SIG + bhk.to(gl.int64) * S + first + gl.arange(0, BN, layout=gl.SliceLayout(1, DK_L)))
+            _store_rows(DK, dk * (rho * sm_scale)[:, None], bhk, S, first, BN, D)
+        else:
+            _store_rows(DK, dk * sm_scale, bhk, S, first, BN, D)
 
     @gluon.jit
     def _row_scales(TAU, bhk, S, offs_n):
@@ -258,7 +286,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue_sub_tile(j, c, bh, lo, descs, smems, ready, STAGES: gl.constexpr, BM: gl.constexpr, S,
-                        STATS_ROWS: gl.constexpr):
+                        STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr = False):
         """TMA of query sub-tile j of a loop (rows lo + j·BM of head bh) into stage (c + j) % STAGES:
         the Q8, dO8, QB, the queries' statistics and dO8ᵀ tiles."""
         q_desc, do_desc, qb_desc, dot_desc, st_desc = descs
@@ -272,7 +300,10 @@ if HAS_GLUON:
         mbarrier.expect(bar, nbytes)
         tma.async_copy_global_to_shared(q_desc, [row, 0], bar, q_s.index(stage))
         tma.async_copy_global_to_shared(do_desc, [row, 0], bar, do_s.index(stage))
-        tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
+        if FP8_DK:  # Q8ᵀ [B·Hq·D, S] in [D, BM] boxes, as dO8ᵀ
+            tma.async_copy_global_to_shared(qb_desc, [bh * D, lo + j * BM], bar, qb_s.index(stage))
+        else:
+            tma.async_copy_global_to_shared(qb_desc, [row, 0], bar, qb_s.index(stage))
         tma.async_copy_global_to_shared(st_desc, [bh * STATS_ROWS, lo + j * BM], bar, st_s.index(stage))
         tma.async_copy_global_to_shared(dot_desc, [bh * D, lo + j * BM], bar, dot_s.index(stage))
 
@@ -293,7 +324,8 @@ if HAS_GLUON:
         v_s = gl.allocate_shared_memory(vr_desc.dtype, vr_desc.block_type.shape, vr_desc.layout)
         q_s = gl.allocate_shared_memory(q_desc.dtype, [STAGES, BM, D], q_desc.layout)
         do_s = gl.allocate_shared_memory(do_desc.dtype, [STAGES, BM, D], do_desc.layout)
-        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, BM, D], qb_desc.layout)
+        qb_box: gl.constexpr = qb_desc.block_type.shape  # QB's [BM, D] rows, or (fp8_dk) Q8ᵀ's [D, BM] columns
+        qb_s = gl.allocate_shared_memory(qb_desc.dtype, [STAGES, qb_box[0], qb_box[1]], qb_desc.layout)
         dot_s = gl.allocate_shared_memory(dot_desc.dtype, [STAGES, D, BM], dot_desc.layout)
         st_s = gl.allocate_shared_memory(st_desc.dtype, [STAGES, STATS_ROWS, BM], st_desc.layout)
         return k_s, v_s, (q_s, do_s, qb_s, dot_s, st_s)
@@ -343,8 +375,8 @@ if HAS_GLUON:
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
-                                        QRY, A_L, A8_L)
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, itau, offs_n, offs_m, dv, dk, zero,
+                                        qk_scale, QRY, A_L, A8_L, False)
                 c += 1
 
         # off the diagonal: the token-block copies (every product on K and V has retired)
@@ -362,12 +394,12 @@ if HAS_GLUON:
                 for i in gl.static_range(STAGES):
                     if i < n_off:
                         _refill(i, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
-                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, itau, dv, dk, zero, qk_scale,
-                                       bh, lo, descs, S, QRY, A_L, A8_L, STAGES, BM, STATS_ROWS, False)
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, ready, kbs, vbs, itau, itau, dv, dk, zero,
+                                       qk_scale, bh, lo, descs, S, QRY, A_L, A8_L, STAGES, BM, STATS_ROWS, False)
                 c += n_off
 
         _retire_ring(ready, kv_bar, STAGES)
-        _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN, D)
+        _store_dkdv(dv, dk, DK, DV, TAU, TAU, bhk, S, first, sm_scale, BN, D)
 
 
     @gluon.jit

@@ -63,17 +63,17 @@ if HAS_GLUON:
 
     @gluon.jit
     def _produce(c, bh, lo, descs, smems, ready, empty, S, STAGES: gl.constexpr, BM: gl.constexpr,
-                 STATS_ROWS: gl.constexpr):
+                 STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr):
         """Sub-tile c of the program (query rows lo.. of head bh) into stage c % STAGES (`_issue_sub_tile`) once the
         consumer has released that stage's previous sub-tile (a fresh mbarrier counts the phase before its first as
         complete, hence parity 1 on the first round)."""
         mbarrier.wait(empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
-        _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS)
+        _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS, FP8_DK)
 
     @gluon.jit
     def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G,
                   BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                  STATS_ROWS: gl.constexpr):
+                  STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr):
         """Every TMA copy of the program, in the consumer's order (`_consumer`)."""
         k_desc, kb_desc, vr_desc, vbr_desc = kv_descs
         first = gl.program_id(0) * BN
@@ -87,7 +87,7 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range(n_diag):
-                _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS)
+                _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, FP8_DK)
                 c += 1
         # the token-block copies replace the per-token rows once no product reads those
         mbarrier.wait(kv_free, 0)
@@ -98,12 +98,13 @@ if HAS_GLUON:
         for g in range(G):
             bh = bhk * G + g
             for j in range((S - lo0) // BM):
-                _produce(c, bh, lo0 + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS)
+                _produce(c, bh, lo0 + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, FP8_DK)
                 c += 1
 
     @gluon.jit
-    def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale, sm_scale,
-                  S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
+    def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
+                  sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
+                  STAGES: gl.constexpr, FP8_DK: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -124,7 +125,12 @@ if HAS_GLUON:
         ks = gl.load(KS + kv_offs)
         vs = gl.load(VS + kv_offs)
         itau = _row_scales(TAU, bhk, S, offs_n)
-        dk = gl.zeros([BN, D], gl.float32, O_L)
+        if FP8_DK:  # dK an FP8 product too (launch option fp8_dk): 1/ρ per key, the accumulator of an FP8 wgmma
+            isig = _row_scales(SIG, bhk, S, offs_n)
+            dk = gl.zeros([BN, D], gl.float32, O8_L)
+        else:
+            isig = itau  # unread
+            dk = gl.zeros([BN, D], gl.float32, O_L)
         dv = gl.zeros([BN, D], gl.float32, O8_L)
         zero = gl.zeros([BN, BM], gl.float32, S_L)
         mbarrier.wait(kv_ready, 0)
@@ -135,8 +141,8 @@ if HAS_GLUON:
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, offs_n, offs_m, dv, dk, zero, qk_scale,
-                                        QRY, A_L, A8_L)
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero,
+                                        qk_scale, QRY, A_L, A8_L, FP8_DK)
                 _release(empty, stage)
                 c += 1
         mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
@@ -148,16 +154,16 @@ if HAS_GLUON:
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
-                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, dv, dk, zero, qk_scale,
-                                       0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True)
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
+                                       qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK)
                 c += n_off
-        _store_dkdv(dv, dk, DK, DV, TAU, bhk, S, first, sm_scale, BN, D)
+        _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN, D, FP8_DK)
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -171,11 +177,11 @@ if HAS_GLUON:
         mbarrier.init(kv_free, count=1)
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
-            (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, DK, DV, qk_scale,
-                         sm_scale, S, G, D, BN, BM, TB, STAGES)),
+            (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
+                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
-                         STAGES, STATS_ROWS))],
+                         STAGES, STATS_ROWS, FP8_DK))],
             [1], [PRODUCER_REGS])
 
 
@@ -184,16 +190,23 @@ def constexprs() -> dict:
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float):
-    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel."""
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None):
+    """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
+    fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
+    (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, _, _, vr, vbr = copies
     dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     dv = torch.empty_like(dk)
+    descs = list(fused.descriptors(q, k, do, qb, dot, vr, vbr, stats))
+    rho = tau  # unread without fp8_dk
+    if fp8_dk is not None:
+        q8t, rho = fp8_dk
+        descs[2] = fused._cols_desc(q8t, BM, gl.float8e4nv)
     _dkdv_ws_kernel[(seq // BN, b * hkv)](
-        *fused.descriptors(q, k, do, qb, dot, vr, vbr, stats), k.scale, k.off.scale, v.scale, v.off.scale, tau, dk,
-        dv, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, **constexprs(),
+        *descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
+        sm_scale, seq, hq // hkv, **constexprs(), FP8_DK=fp8_dk is not None,
         num_warps=fused.warps_for(BN), maxnreg=MAXNREG,
     )
     return dk, dv

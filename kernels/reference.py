@@ -112,6 +112,43 @@ def dv_row_scale(do_scale: torch.Tensor, hkv: int, causal: bool, doc_index: torc
     return seen.reshape(b, hkv, hq // hkv, seq).amax(2).contiguous()
 
 
+def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: torch.Tensor, v_scale: torch.Tensor,
+                 v_off_scale: torch.Tensor | None, causal: bool, tile: int = SEQ_BLOCK) -> torch.Tensor:
+    """ρ [B, Hkv, S] fp32, a power of two per key: the scale of an FP8 dK product (launch option fp8_dk, a probe)
+    whose A operand is E4M3(dS_ij · s_q[i] / ρ_j), chained over every query like dV's (`dv_row_scale`).
+
+    Not an amax (that needs a reduction over each sub-tile, which cost more than the product saved: session 16),
+    a bound known before the backward runs: with p ≤ 256 (×256 probabilities, M the integer row max) and the
+    per-token bytes |dO8| ≤ 448, |V8| ≤ 448,
+
+        |dS_ij · s_q[i]| ≤ f_i · s_v(i, j) + g_i,   f_i = s_q[i] / l_i · s_dO[i] · ‖dO8_i‖₁ · 448,
+                                                    g_i = s_q[i] / l_i · |delta_i|,
+
+    s_v(i, j) the V scale the pair used (per token on the diagonal tiles, the token-block copy's off them, `_Probs`).
+    ρ_j = the smallest power of two ≥ max(s_v[j] · Fd_j + Gd_j, s_vb(j) · Fo_j + Go_j) / 448, with Fd, Gd the largest
+    f, g over the queries of j's own tile that see it (i ≥ j when causal) and Fo, Go over the later tiles (every
+    other one without `causal`), across the query heads of its K/V head; 1 where that bound is 0. Causally safe as
+    τ is: rows with dO = 0 add f = g = 0. No document masking (the probe's scope)."""
+    b, hq, seq = q_scale.shape
+    hkv = v_scale.shape[1]
+    w = q_scale.float() * linv
+    f = w * do.scale * do.vals.float().abs().sum(-1) * 448.0
+    g = w * delta.abs()
+    fg = torch.stack([f, g]).reshape(2, b, hkv, hq // hkv, seq).amax(3)  # (2, B, Hkv, S)
+    tiles = fg.unflatten(-1, (seq // tile, tile))  # (2, B, Hkv, T, tile)
+    tmax = tiles.amax(-1)  # (2, B, Hkv, T)
+    if causal:
+        own = tiles.flip(-1).cummax(-1).values.flip(-1).flatten(-2)
+        later = torch.cat([tmax.flip(-1).cummax(-1).values.flip(-1)[..., 1:], torch.zeros_like(tmax[..., :1])], -1)
+    else:
+        own = tmax.repeat_interleave(tile, -1)
+        later = tmax.amax(-1, keepdim=True).expand_as(tmax)
+    later = later.repeat_interleave(tile, -1)
+    vo = v_scale if v_off_scale is None else v_off_scale
+    bound = torch.maximum(v_scale.float() * own[0] + own[1], vo.float() * later[0] + later[1]) * (1.0 / 448.0)
+    return torch.where(bound > 0, torch.exp2(torch.ceil(torch.log2(bound))), 1.0).contiguous()
+
+
 def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:
     """Which keys each query sees: None (all), bool [S, S] (causal) or [B, 1, S, S] (documents)."""
     if doc_ids is not None:
@@ -229,8 +266,9 @@ def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, 
 
 def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
                   causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE,
-                  doc_ids: torch.Tensor | None = None):
-    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l."""
+                  doc_ids: torch.Tensor | None = None, fp8_dk: bool = False):
+    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dk (the launch
+    option's probe, fp8 spec, no documents): dK as one FP8 product under `dk_row_scale`."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
     sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)
@@ -252,6 +290,12 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     # dQ = Σ_j dS_ij k_j: each pair's K scale folded into dS before dS is quantized along keys.
     yq, ys = quant_rows(ds * pr.pair_scale(ops.k), spec.ds, fixed=False, tile=ds_tile)
     dq = pr.split(yq * ys, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * sm_scale
+    if fp8_dk:
+        rho = dk_row_scale(ops.q.scale, do, delta, linv, ops.v.scale,
+                           None if ops.v.off is None else ops.v.off.per_token_scale(), causal, tile)
+        y = F.quantize_fp8((ds * ops.q.scale[..., :, None]) * pr.kv(1.0 / rho)[..., None, :], torch.tensor(1.0))
+        dk = sum_groups(y.float().transpose(-1, -2) @ ops.q.vals.float()) * (rho * sm_scale)[..., None]
+        return dq, dk, dv
     yq, ys = quant_rows((ds * ops.q.scale[..., :, None]).transpose(-1, -2), spec.ds, fixed=False,
                         tile=ds_tile)
     dk = sum_groups((yq * ys) @ ops.q.vals.float()) * sm_scale

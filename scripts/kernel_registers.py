@@ -251,10 +251,11 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(ws: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
-    consumer warpgroup holding 2 × that − the producer's)."""
+    consumer warpgroup holding 2 × that − the producer's); fp8_dk (ws only): with its dK product in FP8 (launch
+    option fp8_dk, against Q8ᵀ)."""
     import torch
 
     _import_kernels()
@@ -266,14 +267,21 @@ def gluon_dkdv_report(ws: bool = False) -> dict:
     consts = dict(D=G.TB, BN=G.BN, BM=G.BM, TB=G.TB, STAGES=G.STAGES, STATS_ROWS=G.STATS_ROWS)
     kernel, options = G._dkdv_gluon_kernel, {"num_warps": G.warps_for(G.BN)}
     if ws:
-        kernel, consts, options = W._dkdv_ws_kernel, W.constexprs(), {**options, "maxnreg": W.MAXNREG}
+        kernel, consts, options = (W._dkdv_ws_kernel, {**W.constexprs(), "FP8_DK": False},
+                                   {**options, "maxnreg": W.MAXNREG})
     stats = torch.empty(1, G.STATS_ROWS, seq)
     dot = rows(f8).transpose(-1, -2).contiguous()  # dO8ᵀ
-    ptx = _compile_gluon(kernel, G.descriptors(q, k, do, rows(bf), dot, rows(f8), rows(f8), stats),
-                         ["*fp32"] * 5 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"], consts, options)
+    descs = list(G.descriptors(q, k, do, rows(bf), dot, rows(f8), rows(f8), stats))
+    if fp8_dk:
+        from triton.experimental.gluon import language as gl
+
+        descs[2] = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BM, gl.float8e4nv)  # Q8ᵀ
+        consts = {**consts, "FP8_DK": True}
+    ptx = _compile_gluon(kernel, descs, ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"],
+                         consts, options)
     stages = consts["STAGES"]
-    return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else ""),
-            **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+    return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
+            + (":fp8dk" if fp8_dk else ""), **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
 def _bwd_gluon_width() -> int:
@@ -344,7 +352,7 @@ def main(argv=None) -> int:
                 ws = _bwd_gluon_width() == 64
                 reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
-                    reports.append((gluon_dkdv_report(True), True))
+                    reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False)]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
