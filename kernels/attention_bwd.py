@@ -52,7 +52,7 @@ from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .formats import FP8_TINY
-from .reference import DS_TILE, dk_row_scale, dv_row_scale, unpack_stats
+from .reference import DS_TILE, dk_row_scale, dq_row_scale, dv_row_scale, unpack_stats
 
 if HAS_TRITON:
     import triton
@@ -433,6 +433,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
+    "fp8_dq" (a probe, Gluon dQ kernel only) likewise for dQ (`reference.dq_row_scale`, K8ᵀ and its token-block
+    copy's bytes K-major in place of the bf16 K copies).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -452,6 +454,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     ws_dkdv = config.pop("ws_dkdv", False)
     gluon_dq = config.pop("gluon_dq", 0)
     fp8_dk = config.pop("fp8_dk", False)
+    fp8_dq = config.pop("fp8_dq", False)
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
                          f"Gluon dQ kernel's key sub-tile)")
@@ -544,9 +547,17 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     else:
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
+        if fp8_dq and not (which != "dkdv" and dq_on_gluon):
+            raise ValueError("backward config fp8_dq=True: the Gluon dQ kernel only (sm_90, the fp8 fast path's "
+                             "launch with gluon_dq)")
         if which != "dkdv" and dq_on_gluon:  # it allocates its own output
+            probe = None
+            if fp8_dq:
+                rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(), v.scale,
+                                   v.off.per_token_scale(), causal, block)
+                probe = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
             dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
-                                        gluon_dq)
+                                        gluon_dq, fp8_dq=probe)
         else:
             dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
             if which != "dkdv":

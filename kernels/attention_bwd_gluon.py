@@ -403,23 +403,31 @@ if HAS_GLUON:
 
 
     @gluon.jit
-    def _issue_key_sub_tile(j, n_off, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
+    def _issue_key_sub_tile(j, n_off, kv_row, kt_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr,
+                            FP8_DQ: gl.constexpr = False):
         """TMA of key sub-tile j of a dQ program (keys j·BN.. of its head) into stage j % STAGES: K's bytes,
-        V's rows and K's bf16 copy, the token-block copies' off the diagonal (j < n_off)."""
+        V's rows and K's bf16 copy (FP8_DQ: K's bytes K-major, K8ᵀ [B·Hkv·D, S] from row kt_row), the token-block
+        copies' off the diagonal (j < n_off)."""
         k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc = descs
         k_s, v_s, kbf_s = smems
         stage = j % STAGES
         bar = ready.index(stage)
         mbarrier.expect(bar, 2 * k_desc.block_type.nbytes + kbf_desc.block_type.nbytes)
         row = kv_row + j * BN
+        if FP8_DQ:
+            b_row = kt_row
+            b_col = j * BN
+        else:
+            b_row = row
+            b_col = 0
         if j < n_off:
             tma.async_copy_global_to_shared(kb_desc, [row, 0], bar, k_s.index(stage))
             tma.async_copy_global_to_shared(vbr_desc, [row, 0], bar, v_s.index(stage))
-            tma.async_copy_global_to_shared(kbbf_desc, [row, 0], bar, kbf_s.index(stage))
+            tma.async_copy_global_to_shared(kbbf_desc, [b_row, b_col], bar, kbf_s.index(stage))
         else:
             tma.async_copy_global_to_shared(k_desc, [row, 0], bar, k_s.index(stage))
             tma.async_copy_global_to_shared(vr_desc, [row, 0], bar, v_s.index(stage))
-            tma.async_copy_global_to_shared(kbf_desc, [row, 0], bar, kbf_s.index(stage))
+            tma.async_copy_global_to_shared(kbf_desc, [b_row, b_col], bar, kbf_s.index(stage))
 
     @gluon.jit
     def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
@@ -430,26 +438,40 @@ if HAS_GLUON:
         return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
 
     @gluon.jit
-    def _dq_add(dq, y, j, n_off, n_all, kv_row, descs, smems, ready, STAGES: gl.constexpr, BN: gl.constexpr):
-        """dQ += y·K (bf16 K of sub-tile j's stage), waited for; then the stage, free, takes sub-tile j + STAGES."""
-        dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
+    def _dq_add(dq, y, j, n_off, n_all, kv_row, kt_row, descs, smems, ready, STAGES: gl.constexpr,
+                BN: gl.constexpr, FP8_DQ: gl.constexpr = False):
+        """dQ += y·K (bf16 K of sub-tile j's stage, or FP8_DQ its K8ᵀ tile), waited for; then the stage, free, takes
+        sub-tile j + STAGES."""
+        if FP8_DQ:
+            dq = warpgroup_mma(y, smems[2].index(j % STAGES).permute((1, 0)), dq, is_async=True)
+        else:
+            dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
         if j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
-            _issue_key_sub_tile(j + STAGES, n_off, kv_row, descs, smems, ready, STAGES, BN)
+            _issue_key_sub_tile(j + STAGES, n_off, kv_row, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
         return dq
 
     @gluon.jit
     def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
-                         DELTA, DOS, KS, KBS, VS, VBS, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
-                         BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr):
+                         DELTA, DOS, KS, KBS, VS, VBS, SIG, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
+                         BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
+                         FP8_DQ: gl.constexpr = False):
         """dQ of BM query rows (`attention_bwd._dq_kernel` at the fast path's launch, the same products and
         elementwise expressions). Each key sub-tile's products are waited for as soon as they are issued,
         as in the forward's chained variant, so that a program fits MAXNREG_DQ[BN] registers and four (BN = 32)
         run per SM: with S and dP of the next sub-tile in flight it needed 203 and ran slower (f61bd6d)."""
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BN, 32])
-        O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, D, 16])
-        A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+        if FP8_DQ:  # the dQ product in FP8 (launch option fp8_dq): A = E4M3(dS·s_k/ρ), B = K8ᵀ
+            O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                          instr_shape=[16, D, 32])
+            A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=4)
+            A_T: gl.constexpr = gl.float8e4nv
+        else:
+            O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                          instr_shape=[16, D, 16])
+            A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_L, k_width=2)  # bf16 A from registers
+            A_T: gl.constexpr = gl.bfloat16
         ROW: gl.constexpr = gl.SliceLayout(1, S_L)
         COL: gl.constexpr = gl.SliceLayout(0, S_L)
 
@@ -467,7 +489,8 @@ if HAS_GLUON:
         do_s = gl.allocate_shared_memory(do_desc.dtype, do_desc.block_type.shape, do_desc.layout)
         k_s = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
         v_s = gl.allocate_shared_memory(vr_desc.dtype, [STAGES, BN, D], vr_desc.layout)
-        kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, BN, D], kbf_desc.layout)
+        kbf_box: gl.constexpr = kbf_desc.block_type.shape  # K's bf16 [BN, D] rows, or (FP8_DQ) K8ᵀ's [D, BN] columns
+        kbf_s = gl.allocate_shared_memory(kbf_desc.dtype, [STAGES, kbf_box[0], kbf_box[1]], kbf_desc.layout)
         ready, q_bar = _init_ring(STAGES)
         descs = (k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc)
         smems = (k_s, v_s, kbf_s)
@@ -475,15 +498,19 @@ if HAS_GLUON:
         mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_s)
         tma.async_copy_global_to_shared(do_desc, [bh * S + first, 0], q_bar, do_s)
+        kt_row = bhk * D  # K8ᵀ's first row of this head (FP8_DQ)
         for i in gl.static_range(STAGES):
             if i < n_all:
-                _issue_key_sub_tile(i, n_off, bhk * S, descs, smems, ready, STAGES, BN)
+                _issue_key_sub_tile(i, n_off, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
         offs_m = first + gl.arange(0, BM, layout=ROW)
         rows = bh.to(gl.int64) * S + offs_m
         qs = gl.load(QS + rows) * qk_scale
         lse2 = gl.load(LSE2 + rows)
         m = gl.floor(lse2) - gl.load(MOFF + rows).to(gl.float32)
         linv = gl.exp2(m - lse2)
+        if FP8_DQ:  # 1/ρ folded into 1/l: a power of two, so every product below is the same up to that factor
+            rho = gl.load(SIG + rows)
+            linv = linv * gl.div_rn(gl.full_like(rho, 1.0), rho)
         delta = gl.load(DELTA + rows)
         sdo = gl.load(DOS + rows)
         dq = gl.zeros([BM, D], gl.float32, O_L)
@@ -500,8 +527,8 @@ if HAS_GLUON:
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo * vbs)[:, None]
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
-            y = gl.convert_layout((ds * kbs).to(gl.bfloat16), A_L)
-            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
+            y = gl.convert_layout((ds * kbs).to(A_T), A_L)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
         # the diagonal tile: per-token K and V, causal
         for j in range(n_off, n_all):
             cols = j * BN + gl.arange(0, BN, layout=COL)
@@ -513,14 +540,18 @@ if HAS_GLUON:
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo[:, None] * vs[None, :])
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
-            y = gl.convert_layout((ds * ks[None, :]).to(gl.bfloat16), A_L)
-            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, descs, smems, ready, STAGES, BN)
+            y = gl.convert_layout((ds * ks[None, :]).to(A_T), A_L)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
 
         _retire_ring(ready, q_bar, STAGES)
         offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
         offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, O_L))
         out = (bh.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
-        gl.store(DQ + out, (dq * sm_scale).to(gl.bfloat16))
+        if FP8_DQ:
+            rho_o = gl.load(SIG + bh.to(gl.int64) * S + offs_r)
+            gl.store(DQ + out, (dq * (rho_o * sm_scale)[:, None]).to(gl.bfloat16))
+        else:
+            gl.store(DQ + out, (dq * sm_scale).to(gl.bfloat16))
 
 
 def _rows_desc(t, rows: int, dtype):
@@ -601,18 +632,25 @@ def dq_descriptors(q, k, do, copies, bn: int):
 
 
 @torch.compiler.disable
-def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64):
+def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64, fp8_dq=None):
     """dQ [B, Hq, S, D] bf16 for the cases `dq_eligible` accepts (`attention_bwd.backward`'s operands;
     copies: `attention_bwd_copies.bf16_copies`' (QB, dO8ᵀ, KBF, KBBF, VR, VBR)); bn: keys per sub-tile (32
-    or 64; the products' sums run in the same order either way)."""
+    or 64; the products' sums run in the same order either way). fp8_dq (launch option fp8_dq, a probe): (K8ᵀ, its
+    token-block copy's bytes K-major, both [B, Hkv, D, S], ρ [B, Hq, S]) to run the dQ product in FP8 under the
+    queries' bound scales (`reference.dq_row_scale`) in place of copies' bf16 K."""
     if bn not in (32, 64):
         raise ValueError(f"gluon dQ key sub-tile {bn}: allowed 32 or 64")
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    descs = list(dq_descriptors(q, k, do, copies, bn))
+    rho = lse2  # unread without fp8_dq
+    if fp8_dq is not None:
+        k8t, kb8t, rho = fp8_dq
+        descs[6:8] = [_cols_desc(k8t, bn, gl.float8e4nv), _cols_desc(kb8t, bn, gl.float8e4nv)]
     _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
-        *dq_descriptors(q, k, do, copies, bn), q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale,
-        v.off.scale, out, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
-        STAGES=DQ_STAGES[bn], num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn],
+        *descs, q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale, v.off.scale, rho, out,
+        sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
+        STAGES=DQ_STAGES[bn], FP8_DQ=fp8_dq is not None, num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn],
     )
     return out

@@ -149,6 +149,38 @@ def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: 
     return torch.where(bound > 0, torch.exp2(torch.ceil(torch.log2(bound))), 1.0).contiguous()
 
 
+def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: torch.Tensor,
+                 k_off_scale: torch.Tensor | None, v_scale: torch.Tensor, v_off_scale: torch.Tensor | None,
+                 causal: bool, tile: int = SEQ_BLOCK) -> torch.Tensor:
+    """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (launch option fp8_dq, a probe)
+    whose A operand is E4M3(dS_ij · s_k(i, j) / ρ_i), chained over every key sub-tile.
+
+    `dk_row_scale`'s bound read along the other axis: |dS_ij · s_k(i, j)| ≤ f_i · s_k(i, j) s_v(i, j) + g_i · s_k(i, j),
+    f_i = s_dO[i] / l_i · ‖dO8_i‖₁ · 448, g_i = |delta_i| / l_i, the pair's K and V scales per token on i's own
+    tile and the token-block copies' off it (without copies, per token everywhere). ρ_i = the smallest power of two
+    ≥ max(f_i · KVd_i + g_i · Kd_i, f_i · KVo_i + g_i · Ko_i) / 448, with KVd, Kd the largest s_k s_v, s_k over the
+    keys of i's tile that it sees (j ≤ i when causal) and KVo, Ko over the earlier tiles (every other one without
+    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking."""
+    b, hq, seq = do.scale.shape
+    hkv = k_scale.shape[1]
+    f = linv * do.scale * do.vals.float().abs().sum(-1) * 448.0
+    g = linv * delta.abs()
+    ko = k_scale if k_off_scale is None else k_off_scale
+    vo = v_scale if v_off_scale is None else v_off_scale
+    tok = torch.stack([k_scale.float() * v_scale.float(), k_scale.float()])  # (2, B, Hkv, S)
+    blk = torch.stack([ko.float() * vo.float(), ko.float()]).unflatten(-1, (seq // tile, tile)).amax(-1)  # (2, .., T)
+    tiles = tok.unflatten(-1, (seq // tile, tile))
+    if causal:
+        own = tiles.cummax(-1).values.flatten(-2)
+        earlier = torch.cat([torch.zeros_like(blk[..., :1]), blk.cummax(-1).values[..., :-1]], -1)
+    else:
+        own = tiles.amax(-1).repeat_interleave(tile, -1)
+        earlier = blk.amax(-1, keepdim=True).expand_as(blk)
+    own, earlier = (x.repeat_interleave(hq // hkv, 2) for x in (own, earlier.repeat_interleave(tile, -1)))
+    bound = torch.maximum(f * own[0] + g * own[1], f * earlier[0] + g * earlier[1]) * (1.0 / 448.0)
+    return torch.where(bound > 0, torch.exp2(torch.ceil(torch.log2(bound))), 1.0).contiguous()
+
+
 def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:
     """Which keys each query sees: None (all), bool [S, S] (causal) or [B, 1, S, S] (documents)."""
     if doc_ids is not None:
@@ -266,9 +298,10 @@ def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, 
 
 def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
                   causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE,
-                  doc_ids: torch.Tensor | None = None, fp8_dk: bool = False):
-    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dk (the launch
-    option's probe, fp8 spec, no documents): dK as one FP8 product under `dk_row_scale`."""
+                  doc_ids: torch.Tensor | None = None, fp8_dk: bool = False, fp8_dq: bool = False):
+    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dk, fp8_dq (the
+    launch options' probes, fp8 spec, no documents): dK, dQ as one FP8 product each under `dk_row_scale`,
+    `dq_row_scale`."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
     sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)
@@ -288,8 +321,14 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     dp = dp * (do.scale[..., :, None] * pr.pair_scale(ops.v))
     ds = (pr.p * (linv[..., None] * (1.0 / 256.0))) * (dp - delta[..., None])
     # dQ = Σ_j dS_ij k_j: each pair's K scale folded into dS before dS is quantized along keys.
-    yq, ys = quant_rows(ds * pr.pair_scale(ops.k), spec.ds, fixed=False, tile=ds_tile)
-    dq = pr.split(yq * ys, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * sm_scale
+    if fp8_dq:
+        off = lambda op: None if op.off is None else op.off.per_token_scale()  # noqa: E731
+        rho = dq_row_scale(do, delta, linv, ops.k.scale, off(ops.k), ops.v.scale, off(ops.v), causal, tile)
+        y = F.quantize_fp8(ds * pr.pair_scale(ops.k) * (1.0 / rho)[..., None], torch.tensor(1.0)).float()
+        dq = pr.split(y, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * (rho * sm_scale)[..., None]
+    else:
+        yq, ys = quant_rows(ds * pr.pair_scale(ops.k), spec.ds, fixed=False, tile=ds_tile)
+        dq = pr.split(yq * ys, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * sm_scale
     if fp8_dk:
         rho = dk_row_scale(ops.q.scale, do, delta, linv, ops.v.scale,
                            None if ops.v.off is None else ops.v.off.per_token_scale(), causal, tile)

@@ -291,9 +291,10 @@ def _bwd_gluon_width() -> int:
     return G.BN
 
 
-def gluon_dq_report(bn: int) -> dict:
+def gluon_dq_report(bn: int, fp8_dq: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dQ kernel (`attention_bwd_gluon.dq`, launch option gluon_dq) on key
-    sub-tiles of bn, at the registers its launch caps (MAXNREG_DQ[bn]: four programs per SM for 32, three for 64)."""
+    sub-tiles of bn, at the registers its launch caps (MAXNREG_DQ[bn]: four programs per SM for 32, three for 64);
+    fp8_dq: with its dQ product in FP8 (launch option fp8_dq, against K8ᵀ)."""
     import torch
 
     _import_kernels()
@@ -302,13 +303,19 @@ def gluon_dq_report(bn: int) -> dict:
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, _ = _gluon_backward_operands(G)
     copies = (None, None, rows(bf), rows(bf), rows(f8), rows(f8))
-    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES[bn])
-    ptx = _compile_gluon(G._dq_gluon_kernel, G.dq_descriptors(q, k, do, copies, bn),
-                         ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 4
+    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES[bn], FP8_DQ=fp8_dq)
+    descs = list(G.dq_descriptors(q, k, do, copies, bn))
+    if fp8_dq:
+        from triton.experimental.gluon import language as gl
+
+        kt = lambda: rows(f8).transpose(-1, -2).contiguous()  # noqa: E731  (K8ᵀ, its copy's)
+        descs[6:8] = [G._cols_desc(kt(), bn, gl.float8e4nv), G._cols_desc(kt(), bn, gl.float8e4nv)]
+    ptx = _compile_gluon(G._dq_gluon_kernel, descs,
+                         ["*fp32", "*fp32", "*i8", "*fp32", "*fp32"] + ["*fp32"] * 5
                          + ["*bf16", "fp32", "fp32", "i32", "i32"], consts,
                          {"num_warps": G.warps_for(G.DQ_BM), "maxnreg": G.MAXNREG_DQ[bn]})
     config = (f"{G.warps_for(G.DQ_BM)}x{G.DQ_STAGES[bn]}x{bn}:bm{G.DQ_BM}:pre"
-              + (":gluondq" if bn == 64 else ":gluondq32"))
+              + (":gluondq" if bn == 64 else ":gluondq32") + (":fp8dq" if fp8_dq else ""))
     return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
@@ -346,7 +353,8 @@ def main(argv=None) -> int:
             if kernel in ("dq_gluon", "dkdv_gluon") and cfg:
                 continue  # their launches are compiled below: the fast path's (dQ: both key sub-tiles)
             if kernel == "dq_gluon":  # (report, is the default launch)
-                reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True)]
+                reports = [(gluon_dq_report(64), False), (gluon_dq_report(32), True),
+                           (gluon_dq_report(32, True), False)]
             elif kernel == "dkdv_gluon":
                 # the warp-specialized form (the fast path's default) is written for one warpgroup of 64 keys
                 ws = _bwd_gluon_width() == 64

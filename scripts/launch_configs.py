@@ -25,7 +25,8 @@ imports them when it runs).
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
                path's pre / half / x32 launch); :wsdkdv that kernel warp-specialized (attention_dkdv_ws: a
                TMA producer warp); :gluondq / :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32;
-               :fp8dk that kernel's dK product in FP8 (a probe: attention_bwd.backward's fp8_dk)
+               :fp8dk that kernel's dK product in FP8, :fp8dq the dQ kernel's dQ product (probes:
+               attention_bwd.backward's fp8_dk, fp8_dq)
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
           "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64), "fp8dk": ("fp8_dk", True),
+          "fp8dq": ("fp8_dq", True),
           "gluondq32": ("gluon_dq", 32),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),
