@@ -95,9 +95,11 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    assert len(row) == 2 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
-    # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM)
+    assert len(row) == 3 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
+    # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM); and
+    # its FP8 dK probe (launch option fp8_dk) likewise
     assert "4x4x32:bn64:pre:gluon:wsdkdv (default)" in row[1] and 0 < int(row[1].split()[-3]) <= 128, row
+    assert ":wsdkdv:fp8dk" in row[2] and 0 < int(row[2].split()[-3]) <= 128, row
     assert "serialized" not in out.stdout, out.stdout
     for mma in ("m64n32k32.f32.e4m3.e4m3", "m64n128k32.f32.e4m3.e4m3", "m64n128k16.f32.bf16.bf16"):
         assert mma in out.stdout, (mma, out.stdout)
@@ -113,8 +115,9 @@ def test_gluon_dq_compiles_for_sm90_within_its_programs_per_sm():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("dq_gluon ")]
-    assert len(rows) == 2 and ":gluondq " in rows[0] + " " and ":gluondq32 (default)" in rows[1], out.stdout
-    assert 0 < int(rows[0].split()[-3]) <= 168 and 0 < int(rows[1].split()[-3]) <= 128, rows
+    assert len(rows) == 3 and ":gluondq " in rows[0] + " " and ":gluondq32 (default)" in rows[1], out.stdout
+    assert ":gluondq32:fp8dq" in rows[2], rows  # the FP8 dQ probe (launch option fp8_dq)
+    assert 0 < int(rows[0].split()[-3]) <= 168 and all(0 < int(r.split()[-3]) <= 128 for r in rows[1:]), rows
     assert "serialized" not in out.stdout, out.stdout
     assert "m64n64k32.f32.e4m3.e4m3" in out.stdout and "m64n32k32.f32.e4m3.e4m3" in out.stdout, out.stdout
     assert "m64n128k16.f32.bf16.bf16" in out.stdout, out.stdout
@@ -130,7 +133,8 @@ def test_gluon_backward_kernels_compile_at_128_rows():
                           "dkdv_gluon", "dq_gluon"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     dkdv = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    dq = [line for line in out.stdout.splitlines() if line.startswith("dq_gluon ") and "gluondq32" in line]
+    dq = [line for line in out.stdout.splitlines()
+          if line.startswith("dq_gluon ") and "gluondq32" in line and "fp8dq" not in line]
     assert len(dkdv) == 1 and "8x3x32:bn128:pre:gluon" in dkdv[0], out.stdout
     assert len(dq) == 1 and "8x2x32:bm128:pre:gluondq32" in dq[0], out.stdout
     assert 0 < int(dkdv[0].split()[-3]) <= 255 and 0 < int(dq[0].split()[-3]) <= 128, (dkdv, dq)
