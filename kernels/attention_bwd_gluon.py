@@ -20,6 +20,11 @@ warp-specialized kernel from 4.01 to 3.58 ms at S = 8k, B×H = 64 as a probe (`s
 half the dV product's tensor-core time, no scaled dO rows written for the diagonal, a 4 KB dO8ᵀ tile a stage
 instead of 8 KB of bf16 rows).
 
+Constexprs FP8_DK (the dK products here, used by the warp-specialized kernel) and FP8_DQ (the dQ kernel) are the
+launch options fp8_dk / fp8_dq: probes that run those bf16 products in FP8 under the bound row scales of
+`reference.dk_row_scale` / `dq_row_scale` against Q8ᵀ / K8ᵀ (session 17: −1 to −3% of each kernel for 7% more gradient
+error, not adopted; docs/kernels.md, "Launch configurations").
+
 Since session 15 the fast path runs this dK/dV kernel warp-specialized (`attention_dkdv_ws`: a TMA producer warp
 feeds the same sub-tile code, `_diag_sub_tile` and `_off_diagonal` here); this fused form stays as launch option
 ws_dkdv = False.

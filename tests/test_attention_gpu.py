@@ -660,3 +660,36 @@ def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     assert calls, "the Gluon dQ kernel never ran"
     print(f"\ngluon dQ bn={bn}: rel-L2 {_rel(got[0], want[0]):.2e}, bit-identical {torch.equal(got[0], want[0])}")
     assert _rel(got[0], want[0]) <= 1e-5 and got[0].abs().sum() > 0
+
+
+def test_gpu_fp8_ds_probes_match_the_reference():
+    """Launch options fp8_dk and fp8_dq (probes: dK's and dQ's products in FP8 under the bound scales
+    `reference.dk_row_scale` / `dq_row_scale`, in the ws dK/dV and Gluon dQ kernels) against
+    `reference.backward_math(fp8_dk=True, fp8_dq=True)` from the same bf16 inputs (GQA, B > 1, S not a power of
+    two): within 1.5e-2 (the kernels chain the FP8 products in one accumulator, which Hopper adds at reduced
+    precision; 6.8e-3 / 7.2e-3 measured at S = 2048, scripts/ds_fp8_probe.py), dV the default launch's bits."""
+    import math
+
+    from flamia_kernels import AttentionSpec, attention_bwd
+    from flamia_kernels import formats as F
+    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
+    from flamia_kernels.spec import SEQ_BLOCK
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
+    sm = 1.0 / math.sqrt(128)
+    args = backward_args(spec, q, k, v, do, sm_scale=sm)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    got = attention_bwd.backward(*args, config={**base, "fp8_dk": True, "fp8_dq": True})
+    ops = prepare_forward(q, k, v, spec, True, F, SEQ_BLOCK, off_diagonal=True)
+    o, m, l = reference.forward_math(ops, spec, True, True, sm)
+    do8 = quantize_operand(do, spec.do, F)
+    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
+    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dk=True, fp8_dq=True)
+    errs = {n: _rel(a, b) for n, a, b in zip(("dQ", "dK"), got[:2], ref[:2], strict=True)}
+    base_errs = {n: _rel(a, b) for n, a, b in zip(("dQ", "dK"), want[:2], ref[:2], strict=True)}
+    print(f"\nFP8 dS probes vs the reference's FP8 dS: {errs} (the default bf16 dS: {base_errs})")
+    assert torch.equal(got[2], want[2]) and all(e <= 1.5e-2 for e in errs.values()), errs
+    assert all(b > 2 * e for b, e in zip(base_errs.values(), errs.values(), strict=True)), (errs, base_errs)
