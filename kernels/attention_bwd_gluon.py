@@ -435,24 +435,16 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(kbf_desc, [b_row, b_col], bar, kbf_s.index(stage))
 
     @gluon.jit
-    def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, n_off, n_all, kv_row, kt_row, descs, smems,
-                   STAGES: gl.constexpr, BN: gl.constexpr, FP8_DQ: gl.constexpr, EARLY: gl.constexpr):
-        """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for. EARLY
-        (`DQ_EARLY_REFILL`): while they run, the stage of sub-tile j - 1 (every product reading it has retired)
-        takes sub-tile j - 1 + STAGES, so that TMA issue leaves the chain of waits (`_dq_add` does it otherwise)."""
+    def _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES: gl.constexpr):
+        """S = Q8·K8ᵀ and dP = dO8·V8ᵀ of key sub-tile j (FP8 products from its ring stage), waited for."""
         stage = j % STAGES
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
         s, dp = _fresh_products(q_s, k_s.index(stage), do_s, v_s.index(stage), zero)
-        if EARLY:
-            if j >= 1:
-                if j - 1 + STAGES < n_all:
-                    _issue_key_sub_tile(j - 1 + STAGES, n_off, kv_row, kt_row, descs, smems, ready, STAGES, BN,
-                                        FP8_DQ)
         return warpgroup_mma_wait(num_outstanding=0, deps=(s, dp))
 
     @gluon.jit
     def _dq_add(dq, y, j, n_off, n_all, kv_row, kt_row, descs, smems, ready, STAGES: gl.constexpr,
-                BN: gl.constexpr, FP8_DQ: gl.constexpr = False, EARLY: gl.constexpr = False):
+                BN: gl.constexpr, FP8_DQ: gl.constexpr = False):
         """dQ += y·K (bf16 K of sub-tile j's stage, or FP8_DQ its K8ᵀ tile), waited for; then the stage, free, takes
         sub-tile j + STAGES."""
         if FP8_DQ:
@@ -460,7 +452,7 @@ if HAS_GLUON:
         else:
             dq = warpgroup_mma(y, smems[2].index(j % STAGES), dq, is_async=True)
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-        if not EARLY and j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
+        if j + STAGES < n_all:  # every product reading sub-tile j's stage has retired
             _issue_key_sub_tile(j + STAGES, n_off, kv_row, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
         return dq
 
@@ -468,7 +460,7 @@ if HAS_GLUON:
     def _dq_gluon_kernel(q_desc, do_desc, k_desc, kb_desc, vr_desc, vbr_desc, kbf_desc, kbbf_desc, QS, LSE2, MOFF,
                          DELTA, DOS, KS, KBS, VS, VBS, SIG, DQ, qk_scale, sm_scale, S, G, D: gl.constexpr,
                          BM: gl.constexpr, BN: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                         FP8_DQ: gl.constexpr = False, EARLY: gl.constexpr = False):
+                         FP8_DQ: gl.constexpr = False):
         """dQ of BM query rows (`attention_bwd._dq_kernel` at the fast path's launch, the same products and
         elementwise expressions). Each key sub-tile's products are waited for as soon as they are issued,
         as in the forward's chained variant, so that a program fits MAXNREG_DQ[BN] registers and four (BN = 32)
@@ -535,28 +527,26 @@ if HAS_GLUON:
         for j in range(0, n_off):
             kbs = gl.load(KBS + kvb_off + j * BN // TB)
             vbs = gl.load(VBS + kvb_off + j * BN // TB)
-            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, n_off, n_all, bhk * S, kt_row, descs, smems,
-                               STAGES, BN, FP8_DQ, EARLY)
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
             s = s * (qs * kbs)[:, None]
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo * vbs)[:, None]
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
             y = gl.convert_layout((ds * kbs).to(A_T), A_L)
-            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ, EARLY)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
         # the diagonal tile: per-token K and V, causal
         for j in range(n_off, n_all):
             cols = j * BN + gl.arange(0, BN, layout=COL)
             ks = gl.load(KS + kv_off + cols)
             vs = gl.load(VS + kv_off + cols)
-            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, n_off, n_all, bhk * S, kt_row, descs, smems,
-                               STAGES, BN, FP8_DQ, EARLY)
+            s, dp = _dq_scores(q_s, do_s, k_s, v_s, ready, j, zero, STAGES)
             s = s * (qs[:, None] * ks[None, :])
             s = gl.where(offs_m[:, None] >= cols[None, :], s, float("-inf"))
             p = gl.exp2(s - (m - 8.0)[:, None])
             dp = dp * (sdo[:, None] * vs[None, :])
             ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
             y = gl.convert_layout((ds * ks[None, :]).to(A_T), A_L)
-            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ, EARLY)
+            dq = _dq_add(dq, y, j, n_off, n_all, bhk * S, kt_row, descs, smems, ready, STAGES, BN, FP8_DQ)
 
         _retire_ring(ready, q_bar, STAGES)
         offs_r = first + gl.arange(0, BM, layout=gl.SliceLayout(1, O_L))
@@ -628,10 +618,6 @@ DQ_BM = 64
 # rounded down to a multiple of 8), as 128 registers would spill its [64, 64] products.
 DQ_STAGES = {32: 2, 64: 3}
 MAXNREG_DQ = {32: 128, 64: 168}
-# Where a dQ program refills a ring stage: False after the dQ product that last reads it, in the chain of waits each
-# sub-tile runs through (~100 of the off-diagonal loop's 237 sm_90 instructions a sub-tile are that TMA issue); True
-# the next sub-tile's S and dP are issued first, so the issue runs while those products do (`_dq_scores`).
-DQ_EARLY_REFILL = False
 
 
 def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
@@ -670,7 +656,6 @@ def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64, fp
     _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
         *descs, q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale, v.off.scale, rho, out,
         sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
-        STAGES=DQ_STAGES[bn], FP8_DQ=fp8_dq is not None, EARLY=DQ_EARLY_REFILL, num_warps=warps_for(DQ_BM),
-        maxnreg=MAXNREG_DQ[bn],
+        STAGES=DQ_STAGES[bn], FP8_DQ=fp8_dq is not None, num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn],
     )
     return out

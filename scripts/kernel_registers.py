@@ -303,7 +303,7 @@ def gluon_dq_report(bn: int, fp8_dq: bool = False) -> dict:
     f8, bf = torch.float8_e4m3fn, torch.bfloat16
     rows, q, do, k, _ = _gluon_backward_operands(G)
     copies = (None, None, rows(bf), rows(bf), rows(f8), rows(f8))
-    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES[bn], FP8_DQ=fp8_dq, EARLY=G.DQ_EARLY_REFILL)
+    consts = dict(D=G.TB, BM=G.DQ_BM, BN=bn, TB=G.TB, STAGES=G.DQ_STAGES[bn], FP8_DQ=fp8_dq)
     descs = list(G.dq_descriptors(q, k, do, copies, bn))
     if fp8_dq:
         from triton.experimental.gluon import language as gl
