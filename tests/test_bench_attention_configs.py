@@ -14,6 +14,8 @@ from pick_launch import best_per_kernel, launch_file  # noqa: E402
 def test_configs_parse_every_part():
     assert _configs("8x3:bptr")[0]["BPTR"] is True
     assert _configs("8x2x32:half")[0]["bn"] == 64
+    assert _configs("4x3x32:fp8dk:fp8dq")[0] == {"num_warps": 4, "num_stages": 3, "sub": 32, "fp8_dk": True,
+                                                 "fp8_dq": True}
     assert _configs("8x3,4x2x32:atomic:dkdv,8x3:fresh,8x2x64:kernel") == [
         {"num_warps": 8, "num_stages": 3},
         {"num_warps": 4, "num_stages": 2, "sub": 32, "dq": "atomic", "which": "dkdv"},
@@ -24,7 +26,7 @@ def test_configs_parse_every_part():
 
 def test_configs_name_an_unknown_part():
     allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, gluon, pipe0, pipe1, pipe2, chain, ws, pp, nopp, ws2, ws4, "
-               "wsdkdv, gluondq, gluondq32, half, pre, late, atomic")
+               "wsdkdv, gluondq, gluondq32, fp8dk, fp8dq, half, pre, late, atomic")
     with pytest.raises(argparse.ArgumentTypeError, match=f"'8x2:fast'.*'fast'.*{allowed}"):
         _configs("8x2:fast")
 
