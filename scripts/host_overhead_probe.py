@@ -1,0 +1,136 @@
+"""How much of one attention call, timed as scripts/bench_attention.py times it, is the GPU waiting for the host.
+
+    python scripts/host_overhead_probe.py                      # S = 8k and 16k, D = 128: fp8 and cuDNN
+    python scripts/host_overhead_probe.py --seqs 8192 --calls 20 --profile
+
+Why: the speed table times single calls, each after an L2 flush, from a CUDA event recorded before the call to
+one after it. A call whose host path (checks, operand set-up, descriptors, launches) takes longer than the GPU
+work queued ahead of it leaves the GPU idle, and that idle time is in the reading. This times every call twice,
+alternating: as the table does ("single"), and with the host ahead ("ahead": a `torch.cuda._sleep` queued
+between the flush and the start event, long enough for the host to enqueue the whole call while the GPU
+sleeps, so the reading is the GPU's work alone). single − ahead is what the host costs the reading. With
+--profile it also prints, for fp8, the kernels of one single call with the GPU idle time before and between
+them (torch.profiler), and the host functions that take the time (cProfile, cumulative). Never imported.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+
+import torch
+from bench_attention import one_call, peer_fn, shape_for
+from flamia_kernels import flamia_attention
+
+
+def sleep_cycles(ms: float) -> int:
+    """Cycles of `torch.cuda._sleep` for about ms at the SM clock the device reports."""
+    khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 1_980_000
+    return int(ms * khz)
+
+
+def readings(entries, do, modes, calls: int, sleep: int) -> dict:
+    """{(name, mode, how): [ms]} with how in (single, ahead), every (entry, how) once per call in turn."""
+    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")  # do_bench's L2 flush
+    out: dict = {}
+    for mode in modes:
+        for _, fn in entries:
+            one_call(fn, do, mode)  # warm-up: compiles, autotunes
+        torch.cuda.synchronize()
+        pending = []
+        for i in range(calls):
+            for name, fn in entries[i % len(entries):] + entries[:i % len(entries)]:
+                for how in ("single", "ahead") if i % 2 else ("ahead", "single"):
+                    cache.zero_()
+                    if how == "ahead":
+                        torch.cuda._sleep(sleep)
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    one_call(fn, do, mode)
+                    end.record()
+                    pending.append(((name, mode, how), start, end))
+                    torch.cuda.synchronize()  # the next call's host work starts with an idle GPU, as in the table
+        for key, start, end in pending:
+            out.setdefault(key, []).append(start.elapsed_time(end))
+    return out
+
+
+def single_call_timeline(fn, do, mode: str) -> None:
+    """Kernels of one call after a flush, with the idle gap before each (profiler clock, µs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        one_call(fn, do, mode)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        cache.zero_()
+        one_call(fn, do, mode)
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    events = sorted((e for e in prof.events() if e.device_type == cuda and e.time_range.elapsed_us() > 0),
+                    key=lambda e: e.time_range.start)
+    print(f"\n{mode}: kernels of one single call (the first is the flush)")
+    prev_end = None
+    busy = 0.0
+    for e in events:
+        gap = 0.0 if prev_end is None else e.time_range.start - prev_end
+        dur = e.time_range.elapsed_us()
+        busy += dur
+        print(f"  gap {gap:8.1f}  kernel {dur:8.1f} µs  {e.name[:90]}")
+        prev_end = e.time_range.end
+    span = events[-1].time_range.end - events[0].time_range.end
+    print(f"  call span after the flush {span:.1f} µs, kernels {busy - events[0].time_range.elapsed_us():.1f} µs")
+
+
+def host_profile(fn, do, mode: str, calls: int) -> None:
+    """cProfile of `calls` calls with the GPU running behind (one sync at the end): where host time goes."""
+    one_call(fn, do, mode)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        one_call(fn, do, mode)
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
+    print(f"\n{mode}: host profile of {calls} calls (cumulative)\n{buf.getvalue()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seqs", type=int, nargs="+", default=[8192, 16384])
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--calls", type=int, default=16)
+    ap.add_argument("--sleep-ms", type=float, default=8.0, help="how far the GPU sleeps ahead of an 'ahead' call")
+    ap.add_argument("--profile", action="store_true", help="also the single-call timeline and a host profile")
+    args = ap.parse_args()
+    sleep = sleep_cycles(args.sleep_ms)
+    for seq in args.seqs:
+        b, h, s, d = shape_for(seq, args.dim)
+        gen = torch.Generator(device="cuda").manual_seed(seq)
+        q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
+        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+        entries = [("fp8", lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8")),
+                   ("cudnn", peer_fn("cudnn", q, k, v))]
+        got = readings(entries, do, ("fwd", "fwd+bwd"), args.calls, sleep)
+        print(f"\nS={s} B×H={b}×{h} D={d}: median ms of {args.calls} calls")
+        for mode in ("fwd", "fwd+bwd"):
+            row = {name: {how: statistics.median(got[(name, mode, how)]) for how in ("single", "ahead")}
+                   for name, _ in entries}
+            for name, r in row.items():
+                print(f"  {mode:7s} {name:6s} single {r['single']:7.3f}  ahead {r['ahead']:7.3f}  "
+                      f"host cost {r['single'] - r['ahead']:6.3f}")
+            for how in ("single", "ahead"):
+                print(f"  {mode:7s} fp8 / cuDNN ({how}): {row['cudnn'][how] / row['fp8'][how]:.3f}x")
+        if args.profile:
+            for mode in ("fwd", "fwd+bwd"):
+                single_call_timeline(entries[0][1], do, mode)
+                host_profile(entries[0][1], do, mode, 10)
+
+
+if __name__ == "__main__":
+    main()
