@@ -100,6 +100,63 @@ def host_profile(fn, do, mode: str, calls: int) -> None:
     print(f"\n{mode}: host profile of {calls} calls (cumulative)\n{buf.getvalue()}")
 
 
+def host_parts(q, k, v, reps: int = 200) -> None:
+    """Host microseconds of each step of the fp8 forward's path (the GPU kept busy by a sleep, so that no
+    call waits on it), to show which of them leave the GPU idle."""
+    import math
+    import time
+
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention import check_inputs
+    from flamia_kernels.attention_operands import prepare_forward
+    from flamia_kernels.spec import SEQ_BLOCK, AttentionSpec
+
+    spec = AttentionSpec.parse("fp8")
+    ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True, quantize_q=False)
+    ops.q = attention_fwd.fused_q_operand(q)
+    sm = 1.0 / math.sqrt(q.shape[-1])
+    steps = {
+        "AttentionSpec.parse('fp8')": lambda: AttentionSpec.parse("fp8"),
+        "check_inputs": lambda: check_inputs(q, k, v, spec),
+        "fuses_q": lambda: attention_fwd.fuses_q(q, spec, True, True, False),
+        "torch.empty (one)": lambda: torch.empty(q.shape, dtype=torch.bfloat16, device=q.device),
+        "key pass (quantize_fp8_key_sides)": lambda: QZ.quantize_fp8_key_sides(k, v, SEQ_BLOCK),
+        "prepare_forward": lambda: prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True,
+                                                   quantize_q=False),
+        "fused_q_operand": lambda: attention_fwd.fused_q_operand(q),
+        "gluon descriptors (5)": lambda: attention_fwd_gluon.descriptors(ops.q, ops.k, ops.v),
+        "gluon forward (all)": lambda: attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, sm, False, q_raw=q),
+        "attention_fwd.forward": lambda: attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, True, sm,
+                                                               SEQ_BLOCK, False, q_raw=q),
+        "flamia_attention, no_grad": lambda: flamia_attention(q, k, v, "fp8"),
+    }
+    print(f"\nhost µs per step (median of 5 × {reps // 5}, GPU busy)")
+    for name, fn in steps.items():
+        with torch.no_grad():
+            fn()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(5):
+                torch.cuda._sleep(sleep_cycles(40.0))
+                t0 = time.perf_counter()
+                for _ in range(reps // 5):
+                    fn()
+                times.append((time.perf_counter() - t0) / (reps // 5) * 1e6)
+                torch.cuda.synchronize()
+        print(f"  {name:40s} {statistics.median(times):8.1f}")
+    q2, k2, v2 = (x.detach().requires_grad_(True) for x in (q, k, v))
+    times = []
+    for _ in range(5):
+        torch.cuda._sleep(sleep_cycles(40.0))
+        t0 = time.perf_counter()
+        for _ in range(4):
+            flamia_attention(q2, k2, v2, "fp8")
+        times.append((time.perf_counter() - t0) / 4 * 1e6)
+        torch.cuda.synchronize()
+    print(f"  {'flamia_attention, grad':40s} {statistics.median(times):8.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", type=int, nargs="+", default=[8192, 16384])
@@ -107,6 +164,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=16)
     ap.add_argument("--sleep-ms", type=float, default=8.0, help="how far the GPU sleeps ahead of an 'ahead' call")
     ap.add_argument("--profile", action="store_true", help="also the single-call timeline and a host profile")
+    ap.add_argument("--parts", action="store_true", help="only the host time of each step of the forward's path")
     args = ap.parse_args()
     sleep = sleep_cycles(args.sleep_ms)
     for seq in args.seqs:
@@ -114,6 +172,9 @@ def main() -> None:
         gen = torch.Generator(device="cuda").manual_seed(seq)
         q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
         q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+        if args.parts:
+            host_parts(q, k, v)
+            continue
         entries = [("fp8", lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8")),
                    ("cudnn", peer_fn("cudnn", q, k, v))]
         got = readings(entries, do, ("fwd", "fwd+bwd"), args.calls, sleep)
