@@ -157,6 +157,64 @@ def host_parts(q, k, v, reps: int = 200) -> None:
     print(f"  {'flamia_attention, grad':40s} {statistics.median(times):8.1f}")
 
 
+def launch_costs(q, k, v, calls: int = 40) -> None:
+    """Host µs per call inside Triton's launch path (JITFunction.run and the pieces it calls, timed by
+    wrappers), and a cProfile of grad-mode forwards sorted by own time: where a launch's host time goes."""
+    import time
+
+    import triton.backends.nvidia.driver as nv_driver
+    import triton.runtime.jit as jit
+
+    totals: dict = {}
+
+    def timed(owner, name, label=None):
+        orig = getattr(owner, name)
+
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return orig(*a, **kw)
+            finally:
+                key = label or name
+                totals[key] = totals.get(key, 0.0) + time.perf_counter() - t0
+        setattr(owner, name, wrapper)
+        return orig
+
+    for grad in (False, True):
+        qq, kk, vv = (x.detach().requires_grad_(grad) for x in (q, k, v))
+        flamia_attention(qq, kk, vv, "fp8")
+        torch.cuda.synchronize()
+        saved = [(jit.JITFunction, "run", timed(jit.JITFunction, "run")),
+                 (jit, "compute_cache_key", timed(jit, "compute_cache_key")),
+                 (nv_driver, "make_tensordesc_arg", timed(nv_driver, "make_tensordesc_arg")),
+                 (nv_driver.CudaLauncher, "__call__", timed(nv_driver.CudaLauncher, "__call__", "CudaLauncher"))]
+
+
+
+        totals.clear()
+        torch.cuda._sleep(sleep_cycles(80.0))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            flamia_attention(qq, kk, vv, "fp8")
+        wall = (time.perf_counter() - t0) / calls * 1e6
+        torch.cuda.synchronize()
+        for owner, name, orig in saved:
+            setattr(owner, name, orig)
+        print(f"\nforward, grad={grad}: {wall:.1f} host µs a call (timing wrappers on)")
+        for key, total in totals.items():
+            print(f"  {key:28s} {total / calls * 1e6:8.1f} µs a call")
+        prof = cProfile.Profile()
+        torch.cuda._sleep(sleep_cycles(80.0))
+        prof.enable()
+        for _ in range(calls):
+            flamia_attention(qq, kk, vv, "fp8")
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+        print(buf.getvalue())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", type=int, nargs="+", default=[8192, 16384])
@@ -165,6 +223,7 @@ def main() -> None:
     ap.add_argument("--sleep-ms", type=float, default=8.0, help="how far the GPU sleeps ahead of an 'ahead' call")
     ap.add_argument("--profile", action="store_true", help="also the single-call timeline and a host profile")
     ap.add_argument("--parts", action="store_true", help="only the host time of each step of the forward's path")
+    ap.add_argument("--launch-costs", action="store_true", help="only the host time inside Triton's launches")
     args = ap.parse_args()
     sleep = sleep_cycles(args.sleep_ms)
     for seq in args.seqs:
@@ -172,8 +231,11 @@ def main() -> None:
         gen = torch.Generator(device="cuda").manual_seed(seq)
         q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
         q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-        if args.parts:
-            host_parts(q, k, v)
+        if args.parts or args.launch_costs:
+            if args.parts:
+                host_parts(q, k, v)
+            if args.launch_costs:
+                launch_costs(q.detach(), k.detach(), v.detach())
             continue
         entries = [("fp8", lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8")),
                    ("cudnn", peer_fn("cudnn", q, k, v))]

@@ -3,5 +3,5 @@
 #   bash scripts/device/session18_parts.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
-TAIL=40 phase parts 200 python3 scripts/host_overhead_probe.py --seqs 8192 --parts
+TAIL=40 phase parts 200 python3 scripts/host_overhead_probe.py --seqs 8192 ${PARTS_ARGS:---parts}
 tar -czf "$OUT/results.tar.gz" -C /tmp results
