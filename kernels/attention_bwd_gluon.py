@@ -47,6 +47,7 @@ import torch
 
 from ._triton_env import HAS_GLUON, gluon_unavailable
 from .attention_bwd_copies import STATS_ROWS
+from .gluon_layouts import nvmma_layout
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -563,14 +564,18 @@ def _rows_desc(t, rows: int, dtype):
     """A TMA descriptor over t as a 2-D row view [-1, D] in [rows, D] boxes (both kernels' operands)."""
     d = t.shape[-1]
     return TensorDescriptor.from_tensor(t.reshape(-1, d), [rows, d],
-                                        gl.NVMMASharedLayout.get_default_for([rows, d], dtype))
+                                        nvmma_layout((rows, d), dtype))
 
 
 def _cols_desc(t, cols: int, dtype):
     """A TMA descriptor over t [..., D, S] (a K-major copy) as a 2-D view [-1, S] in [D, cols] boxes."""
     d = t.shape[-2]
     return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), [d, cols],
-                                        gl.NVMMASharedLayout.get_default_for([d, cols], dtype))
+                                        nvmma_layout((d, cols), dtype))
+
+
+# the statistics' boxes, unswizzled: each row is read as one vector
+_PLAIN_STATS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2) if HAS_GLUON else None
 
 
 def descriptors(q, k, do, qb, dot, vr, vbr, stats):
@@ -580,7 +585,7 @@ def descriptors(q, k, do, qb, dot, vr, vbr, stats):
     queries' statistics (`attention_bwd_copies.query_stats`, [B·Hq·STATS_ROWS, S]) in [STATS_ROWS, BM] boxes,
     unswizzled: each row is read as one vector."""
     f8, bf, desc = gl.float8e4nv, gl.bfloat16, _rows_desc
-    plain = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    plain = _PLAIN_STATS_LAYOUT
     st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), _cols_desc(dot, BM, f8),
             desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st)

@@ -32,6 +32,7 @@ import torch
 
 from ._triton_env import HAS_GLUON, gluon_unavailable
 from .formats import FP8_TINY
+from .gluon_layouts import nvmma_layout
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -442,7 +443,7 @@ def _registers(pipe: int) -> dict:
 
 
 def _fp8_layout(block_shape):
-    return gl.NVMMASharedLayout.get_default_for(block_shape, gl.float8e4nv)
+    return nvmma_layout(tuple(block_shape), gl.float8e4nv)
 
 
 def descriptors(q, k, v):
@@ -466,7 +467,7 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
     O8, Q's bytes stand in (a descriptor of the kernel's type, never written)."""
     d = o.shape[-1]
     o_desc = TensorDescriptor.from_tensor(o.reshape(-1, d), [BM, d],
-                                          gl.NVMMASharedLayout.get_default_for([BM, d], gl.bfloat16))
+                                          nvmma_layout((BM, d), gl.bfloat16))
     o8_desc = TensorDescriptor.from_tensor((q_vals if o8 is None else o8).reshape(-1, d), [BM, d],
                                            _fp8_layout([BM, d]))
     return o_desc, o8_desc
