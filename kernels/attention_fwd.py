@@ -41,6 +41,7 @@ import torch
 from . import attention_fwd_gluon, attention_fwd_ws
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_quant import fmt_code, p_global_value
+from .buffers import carve
 from .formats import FP8_TINY
 
 if HAS_TRITON:
@@ -267,8 +268,8 @@ def fused_q_operand(q: torch.Tensor):
     from .attention_operands import Operand
     from .formats import FP8_DTYPE
 
-    return Operand(torch.empty(q.shape, dtype=FP8_DTYPE, device=q.device),
-                   torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device))
+    # one allocation for both, saved for the backward together (`buffers.carve`)
+    return Operand(*carve(q.device, [(tuple(q.shape), FP8_DTYPE), (tuple(q.shape[:-1]), torch.float32)]))
 
 
 def native_block_scaled(x: torch.Tensor) -> bool:

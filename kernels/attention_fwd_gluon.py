@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from ._triton_env import HAS_GLUON, gluon_unavailable
+from .buffers import carve
 from .formats import FP8_TINY
 from .gluon_layouts import nvmma_layout
 
@@ -492,10 +493,15 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-    lse2 = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
-    moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
-    o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
-    o_scale = torch.empty_like(lse2) if save_o8 else lse2
+    # the row statistics (and O's fp8 copy) live and die together (saved for the backward, or dropped): one
+    # allocation (`buffers.carve`)
+    rows = (b, hq, seq)
+    if save_o8:
+        lse2, moff, o8, o_scale = carve(o.device, [(rows, torch.float32), (rows, torch.int8),
+                                                   ((*rows, d), torch.uint8), (rows, torch.float32)])
+    else:
+        lse2, moff = carve(o.device, [(rows, torch.float32), (rows, torch.int8)])
+        o8, o_scale = o, lse2  # unread without SAVE_O8
     _fwd_gluon_kernel[(seq // BM, b * hq)](
         *descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
         q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,

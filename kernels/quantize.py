@@ -32,6 +32,7 @@ import torch
 
 from . import formats as F
 from ._triton_env import HAS_TRITON, INTERPRET, can_run_triton
+from .buffers import carve
 
 if HAS_TRITON:
     import triton
@@ -705,6 +706,20 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
     return x8, scale, xb8, bscale
 
 
+def _key_sides_outputs(k: torch.Tensor, block: int):
+    """`_key_side_outputs` of K and of V (transposed, K's shape) in two allocations (`buffers.carve`): the
+    per-token bytes and scales, which the attention forward saves for the backward, and the token-block
+    copies, which it drops; two calls instead of eight."""
+    seq, dim = k.shape[-2], k.shape[-1]
+    lead = tuple(k.shape[:-2])
+    rows, cols = (*lead, seq, dim), (*lead, dim, seq)
+    k8, ks, v8, vs = carve(k.device, [(rows, F.FP8_DTYPE), ((*lead, seq), torch.float32), (cols, F.FP8_DTYPE),
+                                      ((*lead, seq), torch.float32)])
+    kb8, kbs, vb8, vbs = carve(k.device, [(rows, F.FP8_DTYPE), ((*lead, seq // block), torch.float32),
+                                          (cols, F.FP8_DTYPE), ((*lead, seq // block), torch.float32)])
+    return (k8, ks, kb8, kbs), (v8, vs, vb8, vbs)
+
+
 def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
     """Empty (x8, scale, xb8, block scale) for a key-side pass over x [..., S, D]: the bytes [..., S, D],
     or [..., D, S] when transposed."""
@@ -730,8 +745,7 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
         return quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
-    k_outs, v_outs = _key_side_outputs(k, block, False), _key_side_outputs(v, block, True)
-    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs
+    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs = _key_sides_outputs(k, block)
     _fp8_key_sides_kernel[(2 * bh, seq // block)](
         k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
         vbs, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim),
