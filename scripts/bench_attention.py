@@ -2,8 +2,10 @@
 
 TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
 fwd+bwd): by default the median of single calls that alternate between the implementations (each after an
-L2 flush, as do_bench's), in --rounds rounds, the median round kept with the rounds' range; with --timing
-do_bench, triton.testing.do_bench's median of each implementation's own block of calls, for the FLAMIA presets
+L2 flush, as do_bench's, timed from the host's first launch: the host's time counts where the GPU waits for
+it), in --rounds rounds, the median round kept with the rounds' range; with --timing ahead the same calls with
+the host ahead of the GPU (their GPU time alone); with --timing do_bench, triton.testing.do_bench's median of
+each implementation's own block of calls, for the FLAMIA presets
 (fp8 is the fast path; mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
 speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
 optionally the accuracy against exact attention, a launch-config sweep and a time profile.
@@ -148,6 +150,14 @@ def cuda_stamp(thunk):
     return lambda: (end.synchronize(), start.elapsed_time(end))[1]
 
 
+def cuda_stamp_ahead(thunk, sleep_ms: float = 3.0):
+    """`cuda_stamp` with the host ahead: the GPU sleeps (`torch.cuda._sleep`) before the start event while
+    the host enqueues the call, so the reading is the GPU's work alone, without the time the GPU waits for
+    the host's launches (scripts/host_overhead_probe.py measures that difference)."""
+    torch.cuda._sleep(int(sleep_ms * 1.98e6))  # cycles at the H200's 1980 MHz boost clock
+    return cuda_stamp(thunk)
+
+
 def speed_one(args, rows: list, seq: int, dim: int) -> None:
     b, h, s, d = shape_for(seq, dim)
     gen = torch.Generator(device="cuda").manual_seed(seq + dim)
@@ -168,7 +178,7 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
         print(f"  S={s:6d} D={d:3d} {name:22s} {mode:7s} {ms:8.3f} ms {tf:7.1f} TFLOP/s (round {rnd + 1} of "
               f"{args.rounds})", flush=True)
 
-    if args.timing == "alternating":
+    if args.timing in ("alternating", "ahead"):
         cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")  # do_bench's L2 flush
 
         def run(fn, launch, mode: str) -> None:
@@ -177,7 +187,8 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
 
         readings: dict = {}
         for rnd in range(args.rounds):
-            calls = alternating_readings(entries, args.modes, args.calls, run, cuda_stamp, cache.zero_)
+            stamp = cuda_stamp if args.timing == "alternating" else cuda_stamp_ahead
+            calls = alternating_readings(entries, args.modes, args.calls, run, stamp, cache.zero_)
             for (name, mode), ms in calls.items():
                 readings.setdefault((name, mode), []).append(statistics.median(ms))
                 log(name, mode, readings[(name, mode)][-1], rnd)
@@ -330,8 +341,10 @@ def run_profile(args, rows: list, save) -> None:
 
 
 def markdown(rows: list, meta: dict) -> str:
-    timing = ("single calls alternating between the implementations, each call's median"
-              if meta.get("timing") == "alternating" else "triton.testing.do_bench, each implementation's median")
+    timing = {"alternating": "single calls alternating between the implementations, each call's median",
+              "ahead": "single calls alternating between the implementations with the host ahead (GPU time "
+                       "only), each call's median"}.get(meta.get("timing"),
+                                                       "triton.testing.do_bench, each implementation's median")
     out = [f"Command: `{meta['command']}`  ", f"Commit {meta['commit']}, {meta['date']}, {meta['gpu']}, "
            f"torch {meta['torch']}, triton {meta['triton']}; timing: {timing}", ""]
     speed = [r for r in rows if r["kind"] == "speed"]
@@ -381,10 +394,12 @@ def main() -> None:
     ap.add_argument("--modes", type=words, default=["fwd", "fwdbwd"])
     ap.add_argument("--rounds", type=int, default=3,
                     help="time every implementation this many times, round after round; rows keep the median")
-    ap.add_argument("--timing", choices=("alternating", "do_bench"), default="alternating",
+    ap.add_argument("--timing", choices=("alternating", "ahead", "do_bench"), default="alternating",
                     help="alternating (default): single calls that alternate between the implementations (--calls "
-                         "each a round), so that they share the GPU's clocks, which its power cap moves; do_bench: "
-                         "each implementation's block of calls in turn")
+                         "each a round), so that they share the GPU's clocks, which its power cap moves, each timed "
+                         "from the host's first launch, so the host's time counts where the GPU waits for it; "
+                         "ahead: the same with the host ahead of the GPU (the GPU's work alone); do_bench: each "
+                         "implementation's block of calls in turn")
     ap.add_argument("--calls", type=int, default=40, help="--timing alternating: calls of each implementation a round")
     ap.add_argument("--emulated-seqs", type=ints, default=[8192],
                     help="sequence lengths at which the emulated presets are timed (they are slow)")
