@@ -8,6 +8,7 @@ frozen here at import, in step with the kernels defined after it.
 from __future__ import annotations
 
 import os
+from functools import cache
 
 import torch
 
@@ -58,11 +59,18 @@ def _has_gluon() -> bool:
 HAS_GLUON = _has_gluon()
 
 
+@cache
+def device_capability(index: int | None) -> tuple[int, int]:
+    """torch.cuda.get_device_capability, once per device: asked on every call's dispatch, and it reads the
+    device's properties each time (a few µs of host time the GPU can end up waiting through)."""
+    return torch.cuda.get_device_capability(index)
+
+
 def gluon_unavailable(x: torch.Tensor) -> str | None:
     """None when the sm_90 Gluon kernels can process `x`, else why not (callers then run the Triton
     kernels)."""
     if not HAS_GLUON:
         return "Triton without Gluon's Hopper module (or the interpreter)"
-    if not x.is_cuda or torch.cuda.get_device_capability(x.device) != (9, 0):
+    if not x.is_cuda or device_capability(x.device.index) != (9, 0):
         return "not an sm_90 GPU"
     return None

@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from . import attention_fwd_gluon, attention_fwd_ws
-from ._triton_env import HAS_TRITON, INTERPRET
+from ._triton_env import HAS_TRITON, INTERPRET, device_capability
 from .attention_quant import fmt_code, p_global_value
 from .buffers import carve
 from .formats import FP8_TINY
@@ -278,7 +278,7 @@ def native_block_scaled(x: torch.Tensor) -> bool:
     bytes and E8M0 codes; elsewhere (the H200: sm_90) the exact dequantized values go through bf16
     products. Written for Blackwell and compiled for sm_100 in the tests (tcgen05 block-scaled MMA
     in the PTX), but never run on one: none is lent here."""
-    return x.is_cuda and not INTERPRET and torch.cuda.get_device_capability(x.device) >= (10, 0)
+    return x.is_cuda and not INTERPRET and device_capability(x.device.index) >= (10, 0)
 
 
 def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
