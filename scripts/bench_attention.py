@@ -2,9 +2,10 @@
 
 TFLOP/s of causal attention, fwd and fwd+bwd (FLOPs = 4·B·H·S²·D·0.5 forward, ×3.5 for
 fwd+bwd): by default the median of single calls that alternate between the implementations (each after an
-L2 flush, as do_bench's, timed from the host's first launch: the host's time counts where the GPU waits for
-it), in --rounds rounds, the median round kept with the rounds' range; with --timing ahead the same calls with
-the host ahead of the GPU (their GPU time alone); with --timing do_bench, triton.testing.do_bench's median of
+L2 flush, as do_bench's, queued without a synchronize between them, so the host runs ahead of the GPU where
+it is the faster), in --rounds rounds, the median round kept with the rounds' range; with --timing ahead the
+same calls each behind a 3 ms GPU sleep (the host certainly ahead; the GPU's clock then differs, see
+`cuda_stamp_ahead`); with --timing do_bench, triton.testing.do_bench's median of
 each implementation's own block of calls, for the FLAMIA presets
 (fp8 is the fast path; mxfp8 / nvfp4 are EMULATED on Hopper: exact format numerics in bf16 products, never a
 speed-up) and the bf16 peers; the bytes each preset saves for the backward against bf16's;
@@ -151,9 +152,10 @@ def cuda_stamp(thunk):
 
 
 def cuda_stamp_ahead(thunk, sleep_ms: float = 3.0):
-    """`cuda_stamp` with the host ahead: the GPU sleeps (`torch.cuda._sleep`) before the start event while
-    the host enqueues the call, so the reading is the GPU's work alone, without the time the GPU waits for
-    the host's launches (scripts/host_overhead_probe.py measures that difference)."""
+    """`cuda_stamp` with the host certainly ahead: the GPU sleeps (`torch.cuda._sleep`) before the start event
+    while the host enqueues the call. Not a pure GPU-time reading: on the H200 (6900581) the forward read 5-7%
+    lower and the 16k / 32k forward + backward 1-8% higher than the default timing for fp8 and cuDNN alike (the
+    clock after a sleep differs from the clock after back-to-back work); docs/benchmarks.md, session 18."""
     torch.cuda._sleep(int(sleep_ms * 1.98e6))  # cycles at the H200's 1980 MHz boost clock
     return cuda_stamp(thunk)
 
@@ -396,9 +398,8 @@ def main() -> None:
                     help="time every implementation this many times, round after round; rows keep the median")
     ap.add_argument("--timing", choices=("alternating", "ahead", "do_bench"), default="alternating",
                     help="alternating (default): single calls that alternate between the implementations (--calls "
-                         "each a round), so that they share the GPU's clocks, which its power cap moves, each timed "
-                         "from the host's first launch, so the host's time counts where the GPU waits for it; "
-                         "ahead: the same with the host ahead of the GPU (the GPU's work alone); do_bench: each "
+                         "each a round), so that they share the GPU's clocks, which its power cap moves; ahead: the "
+                         "same, each call behind a 3 ms GPU sleep so the host is certainly ahead; do_bench: each "
                          "implementation's block of calls in turn")
     ap.add_argument("--calls", type=int, default=40, help="--timing alternating: calls of each implementation a round")
     ap.add_argument("--emulated-seqs", type=ints, default=[8192],

@@ -1,16 +1,20 @@
-"""How much of one attention call, timed as scripts/bench_attention.py times it, is the GPU waiting for the host.
+"""How much of one isolated attention call is the GPU waiting for the host.
 
     python scripts/host_overhead_probe.py                      # S = 8k and 16k, D = 128: fp8 and cuDNN
     python scripts/host_overhead_probe.py --seqs 8192 --calls 20 --profile
+    python scripts/host_overhead_probe.py --seqs 8192 --parts --launch-costs
 
-Why: the speed table times single calls, each after an L2 flush, from a CUDA event recorded before the call to
-one after it. A call whose host path (checks, operand set-up, descriptors, launches) takes longer than the GPU
-work queued ahead of it leaves the GPU idle, and that idle time is in the reading. This times every call twice,
-alternating: as the table does ("single"), and with the host ahead ("ahead": a `torch.cuda._sleep` queued
+Why: a call that starts on an idle GPU (an evaluation loop, a call after a host sync, a training step whose
+host is slower than its GPU) waits for every host step before each launch: checks, operand set-up,
+allocations, TMA descriptors, Triton's launch path. This times every call twice, alternating, each after an
+L2 flush and a synchronize: "single" (the call as it comes) and "ahead" (a `torch.cuda._sleep` queued
 between the flush and the start event, long enough for the host to enqueue the whole call while the GPU
-sleeps, so the reading is the GPU's work alone). single − ahead is what the host costs the reading. With
---profile it also prints, for fp8, the kernels of one single call with the GPU idle time before and between
-them (torch.profiler), and the host functions that take the time (cProfile, cumulative). Never imported.
+sleeps). single − ahead is what the host costs an isolated call. Not what scripts/bench_attention.py's table
+reads: its calls are queued without a synchronize between them, so the host runs ahead there.
+--profile: for fp8, the kernels of one single call with the GPU idle time before and between them
+(torch.profiler), and the host functions that take the time (cProfile, cumulative). --parts: host µs of each
+step of the fp8 forward's path; --launch-costs: host µs inside Triton's launch path and a cProfile by own
+time. Never imported.
 """
 from __future__ import annotations
 
