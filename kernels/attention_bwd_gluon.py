@@ -48,6 +48,7 @@ import torch
 from ._triton_env import HAS_GLUON, gluon_unavailable
 from .attention_bwd_copies import STATS_ROWS
 from .gluon_layouts import nvmma_layout
+from .relaunch import Relaunch
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -625,6 +626,10 @@ DQ_STAGES = {32: 2, 64: 3}
 MAXNREG_DQ = {32: 128, 64: 168}
 
 
+# launched through `relaunch.Relaunch`: Triton's launch path once per plan, the compiled launcher after that
+_DQ_LAUNCH = Relaunch(_dq_gluon_kernel) if HAS_GLUON else None
+
+
 def dq_eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
     """None when the Gluon dQ kernel can run this backward under launch `cfg`, else why not."""
     ours = cfg.get("pre") and cfg.get("bm") == FAST_BM and cfg.get("dq") == "kernel"
@@ -658,9 +663,11 @@ def dq(q, k, v, do, lse2, moff, delta, copies, sm_scale: float, bn: int = 64, fp
     if fp8_dq is not None:
         k8t, kb8t, rho = fp8_dq
         descs[6:8] = [_cols_desc(k8t, bn, gl.float8e4nv), _cols_desc(kb8t, bn, gl.float8e4nv)]
-    _dq_gluon_kernel[(seq // DQ_BM, b * hq)](
-        *descs, q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale, v.off.scale, rho, out,
-        sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, D=d, BM=DQ_BM, BN=bn, TB=TB,
-        STAGES=DQ_STAGES[bn], FP8_DQ=fp8_dq is not None, num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn],
+    _DQ_LAUNCH(
+        (seq // DQ_BM, b * hq),
+        (*descs, q.scale, lse2, moff, delta, do.scale, k.scale, k.off.scale, v.scale, v.off.scale, rho, out,
+         sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv),
+        dict(D=d, BM=DQ_BM, BN=bn, TB=TB, STAGES=DQ_STAGES[bn], FP8_DQ=fp8_dq is not None),
+        dict(num_warps=warps_for(DQ_BM), maxnreg=MAXNREG_DQ[bn]),
     )
     return out

@@ -30,6 +30,7 @@ import torch
 from . import attention_bwd_gluon as fused
 from ._triton_env import HAS_GLUON
 from .attention_bwd_copies import STATS_ROWS
+from .relaunch import Relaunch
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -185,6 +186,10 @@ if HAS_GLUON:
             [1], [PRODUCER_REGS])
 
 
+# launched through `relaunch.Relaunch`: Triton's launch path once per plan, the compiled launcher after that
+_LAUNCH = Relaunch(_dkdv_ws_kernel) if HAS_GLUON else None
+
+
 def constexprs() -> dict:
     return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, STATS_ROWS=STATS_ROWS, PRODUCER_REGS=PRODUCER_REGS)
 
@@ -204,9 +209,11 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None):
     if fp8_dk is not None:
         q8t, rho = fp8_dk
         descs[2] = fused._cols_desc(q8t, BM, gl.float8e4nv)
-    _dkdv_ws_kernel[(seq // BN, b * hkv)](
-        *descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
-        sm_scale, seq, hq // hkv, **constexprs(), FP8_DK=fp8_dk is not None,
-        num_warps=fused.warps_for(BN), maxnreg=MAXNREG,
+    _LAUNCH(
+        (seq // BN, b * hkv),
+        (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
+         sm_scale, seq, hq // hkv),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None),
+        dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

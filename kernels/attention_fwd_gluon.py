@@ -34,6 +34,7 @@ from ._triton_env import HAS_GLUON, gluon_unavailable
 from .buffers import carve
 from .formats import FP8_TINY
 from .gluon_layouts import nvmma_layout
+from .relaunch import Relaunch
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -438,6 +439,10 @@ if HAS_GLUON:
                     gl.store(O8 + rows, _e4m3_bytes(v))
 
 
+# launched through `relaunch.Relaunch`: Triton's launch path once per plan, the compiled launcher after that
+_FWD_LAUNCH = Relaunch(_fwd_gluon_kernel) if HAS_GLUON else None
+
+
 def _registers(pipe: int) -> dict:
     """The chained variant (pipe 3) fits 168 registers a thread: three programs of 4 warps per SM."""
     return {"maxnreg": MAXNREG_CHAIN} if pipe == 3 else {}
@@ -502,13 +507,14 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     else:
         lse2, moff = carve(o.device, [(rows, torch.float32), (rows, torch.int8)])
         o8, o_scale = o, lse2  # unread without SAVE_O8
-    _fwd_gluon_kernel[(seq // BM, b * hq)](
-        *descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
-        q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
-        v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, D=d, BLOCK=BLOCK,
-        BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=q_raw is not None,
-        TMA_OUT=TMA_OUT,
-        num_warps=BM // 16, **_registers(pipe),
+    _FWD_LAUNCH(
+        (seq // BM, b * hq),
+        (*descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
+         q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
+         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
+        dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
+        dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:
         return o, lse2, moff, None, None

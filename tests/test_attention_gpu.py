@@ -693,3 +693,26 @@ def test_gpu_fp8_ds_probes_match_the_reference():
     print(f"\nFP8 dS probes vs the reference's FP8 dS: {errs} (the default bf16 dS: {base_errs})")
     assert torch.equal(got[2], want[2]) and all(e <= 1.5e-2 for e in errs.values()), errs
     assert all(b > 2 * e for b, e in zip(base_errs.values(), errs.values(), strict=True)), (errs, base_errs)
+
+
+def test_gpu_relaunched_kernels_match_triton_s_launches():
+    """`relaunch.Relaunch`: a training call whose kernels launch through their kept plans (the launcher called
+    directly) gives the bits of the same call launched through Triton. Fresh inputs for each call; GQA, B > 1,
+    S not a power of two."""
+    from flamia_kernels import attention_bwd_gluon, attention_dkdv_ws, attention_fwd_gluon, quantize
+
+    launches = [quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, attention_dkdv_ws._LAUNCH,
+                attention_bwd_gluon._DQ_LAUNCH]
+    fp8 = lambda q, k, v: flamia_attention(q, k, v, "fp8")  # noqa: E731
+    _grads(fp8, *_inputs(2, 8, 2, 1920, 128, seed=61))  # every plan kept
+    plans = [launch.plans() for launch in launches]
+    assert all(plans), plans
+    inputs = _inputs(2, 8, 2, 1920, 128, seed=62)
+    direct = _grads(fp8, *inputs)
+    assert [launch.plans() for launch in launches] == plans  # no new plan: every launch went direct
+    for launch in launches:
+        launch._plans.clear()
+    through_triton = _grads(fp8, *inputs)
+    same = [torch.equal(a, b) for a, b in zip(direct, through_triton, strict=True)]
+    print(f"\nrelaunched vs Triton's launches: bit-identical O, dQ, dK, dV {same}, plans {plans}")
+    assert all(same) and all(t.abs().sum() > 0 for t in direct)
