@@ -7,6 +7,8 @@ or all dropped after the forward) share one allocation instead: the same bytes h
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 # each part starts on this boundary: TMA descriptors need 16-byte aligned bases, vector loads like 128 bytes
@@ -18,7 +20,7 @@ def carve(device: torch.device, parts: list[tuple[tuple[int, ...], torch.dtype]]
     on an ALIGN-byte boundary. Writing one never touches another; together they hold the buffer alive."""
     spans, total = [], 0
     for shape, dtype in parts:
-        size = _numel(shape) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize
         spans.append((total, size, shape, dtype))
         total += -(-size // ALIGN) * ALIGN
     buf = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
@@ -35,9 +37,3 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         step *= int(s)
     return tuple(reversed(strides))
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n

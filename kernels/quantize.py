@@ -707,29 +707,30 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
     return x8, scale, xb8, bscale
 
 
+def _key_side_parts(x: torch.Tensor, block: int, transposed: bool):
+    """(shape, dtype) of a key-side pass's outputs over x [..., S, D]: ((x8, scale), (xb8, block scale)), the
+    bytes [..., S, D], or [..., D, S] when transposed."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    lead = tuple(x.shape[:-2])
+    shape = (*lead, dim, seq) if transposed else (*lead, seq, dim)
+    return ((shape, F.FP8_DTYPE), ((*lead, seq), torch.float32)), ((shape, F.FP8_DTYPE), ((*lead, seq // block),
+                                                                                        torch.float32))
+
+
+def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
+    """Empty (x8, scale, xb8, block scale) for a key-side pass over x (`_key_side_parts`)."""
+    per_token, copy = _key_side_parts(x, block, transposed)
+    return tuple(torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in (*per_token, *copy))
+
+
 def _key_sides_outputs(k: torch.Tensor, block: int):
     """`_key_side_outputs` of K and of V (transposed, K's shape) in two allocations (`buffers.carve`): the
     per-token bytes and scales, which the attention forward saves for the backward, and the token-block
     copies, which it drops; two calls instead of eight."""
-    seq, dim = k.shape[-2], k.shape[-1]
-    lead = tuple(k.shape[:-2])
-    rows, cols = (*lead, seq, dim), (*lead, dim, seq)
-    k8, ks, v8, vs = carve(k.device, [(rows, F.FP8_DTYPE), ((*lead, seq), torch.float32), (cols, F.FP8_DTYPE),
-                                      ((*lead, seq), torch.float32)])
-    kb8, kbs, vb8, vbs = carve(k.device, [(rows, F.FP8_DTYPE), ((*lead, seq // block), torch.float32),
-                                          (cols, F.FP8_DTYPE), ((*lead, seq // block), torch.float32)])
+    (k_tok, k_copy), (v_tok, v_copy) = _key_side_parts(k, block, False), _key_side_parts(k, block, True)
+    k8, ks, v8, vs = carve(k.device, [*k_tok, *v_tok])
+    kb8, kbs, vb8, vbs = carve(k.device, [*k_copy, *v_copy])
     return (k8, ks, kb8, kbs), (v8, vs, vb8, vbs)
-
-
-def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
-    """Empty (x8, scale, xb8, block scale) for a key-side pass over x [..., S, D]: the bytes [..., S, D],
-    or [..., D, S] when transposed."""
-    seq, dim = x.shape[-2], x.shape[-1]
-    shape = (*x.shape[:-2], dim, seq) if transposed else x.shape
-    return (torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
-            torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device),
-            torch.empty(shape, dtype=F.FP8_DTYPE, device=x.device),
-            torch.empty((*x.shape[:-2], seq // block), dtype=torch.float32, device=x.device))
 
 
 # the attention forward's first launch: `relaunch.Relaunch` (Triton's launch path once per plan)

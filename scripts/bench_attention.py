@@ -151,12 +151,19 @@ def cuda_stamp(thunk):
     return lambda: (end.synchronize(), start.elapsed_time(end))[1]
 
 
+def sleep_cycles(ms: float) -> int:
+    """Cycles of `torch.cuda._sleep` for about ms at the SM clock the device reports (the H200's 1980 MHz boost
+    where it reports none)."""
+    khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 1_980_000
+    return int(ms * khz)
+
+
 def cuda_stamp_ahead(thunk, sleep_ms: float = 3.0):
     """`cuda_stamp` with the host certainly ahead: the GPU sleeps (`torch.cuda._sleep`) before the start event
     while the host enqueues the call. Not a pure GPU-time reading: on the H200 (6900581) the forward read 5-7%
     lower and the 16k / 32k forward + backward 1-8% higher than the default timing for fp8 and cuDNN alike (the
     clock after a sleep differs from the clock after back-to-back work); docs/benchmarks.md, session 18."""
-    torch.cuda._sleep(int(sleep_ms * 1.98e6))  # cycles at the H200's 1980 MHz boost clock
+    torch.cuda._sleep(sleep_cycles(sleep_ms))
     return cuda_stamp(thunk)
 
 

@@ -25,14 +25,8 @@ import pstats
 import statistics
 
 import torch
-from bench_attention import one_call, peer_fn, shape_for
+from bench_attention import one_call, peer_fn, shape_for, sleep_cycles
 from flamia_kernels import flamia_attention
-
-
-def sleep_cycles(ms: float) -> int:
-    """Cycles of `torch.cuda._sleep` for about ms at the SM clock the device reports."""
-    khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 1_980_000
-    return int(ms * khz)
 
 
 def readings(entries, do, modes, calls: int, sleep: int) -> dict:
