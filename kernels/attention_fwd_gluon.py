@@ -59,14 +59,6 @@ PIPE = 3  # the default: one chained accumulator, three programs per SM (module 
 TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
-# A timing probe (session 19), off by default: the off-diagonal exponentials of some tiles on the FMA pipes
-# (`_exp2_fma`) instead of the XU pipe's MUFU.EX2, whose 64 a thread a tile keep that pipe as busy as the
-# tensor cores (the loop: 533 sm_90 instructions a tile, 67 MUFU). EXP_FMA_EVERY = n > 0: the tiles t with
-# t % n == n - 1 (chained variant only); EXP_FMA_DEGREE: the polynomial's degree (3: 7.5e-5, 5: 2.3e-7 relative
-# error; MUFU.EX2 ~2 ulp); EXP_FMA_SPLIT: the odd columns of every tile instead (half the exponentials).
-EXP_FMA_EVERY = 0
-EXP_FMA_DEGREE = 5
-EXP_FMA_SPLIT = False
 
 
 def default_stages(pipe: int) -> int:
@@ -134,47 +126,13 @@ if HAS_GLUON:
         return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
 
     @gluon.jit
-    def _exp2_fma(x, DEGREE: gl.constexpr):
-        """2^x on the FMA and integer pipes (no MUFU): x = j + f with j = rint(x) by the 1.5·2^23 addition and
-        f in [-1/2, 1/2], 2^f by a minimax polynomial (Horner, fp32 coefficients), 2^j added to its exponent
-        bits. x is clamped to -126 first (a masked -inf gives 2^-126, not 0: off-diagonal tiles only; the arguments
-        are at most 8, P's ×256 under the integer row max)."""
-        x = gl.maximum(x, -126.0)  # the arguments are at most 8 (P's ×256 under the integer row max)
-        t = x + 12582912.0  # 1.5·2^23: rounds x to an integer in t's low mantissa bits
-        f = x - (t - 12582912.0)
-        if DEGREE == 3:
-            y = gl.fma(gl.fma(gl.fma(f, 0.0551716648042202, 0.2426111251115799), f, 0.6932609677314758), f,
-                       0.9999280571937561)
-        else:
-            y = gl.fma(gl.fma(gl.fma(gl.fma(gl.fma(f, 0.001327647129073739, 0.009675540961325169), f,
-                                            0.05550713092088699), f, 0.24022120237350464), f,
-                              0.6931469440460205), f, 1.0000001192092896)
-        # t's bits are 0x4B400000 + j: shifted by 23 the constant's bits leave the word, j << 23 stays
-        bits = y.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
-        return bits.to(gl.float32, bitcast=True)
-
-    @gluon.jit
-    def _off_exp2(x, FMA: gl.constexpr, SPLIT: gl.constexpr, DEGREE: gl.constexpr):
-        """exp2 of the off-diagonal tile's arguments: MUFU.EX2, or (probe) `_exp2_fma` on the whole tile (FMA) or
-        on its odd columns (SPLIT)."""
-        if SPLIT:
-            even, odd = gl.split(gl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
-            return gl.convert_layout(gl.reshape(gl.join(gl.exp2(even), _exp2_fma(odd, DEGREE)), x.shape), x.type.layout)
-        elif FMA:
-            return _exp2_fma(x, DEGREE)
-        else:
-            return gl.exp2(x)
-
-    @gluon.jit
-    def _off_softmax(s, qs, m_i, l_i, kbs, FMA: gl.constexpr = False, SPLIT: gl.constexpr = False,
-                     DEGREE: gl.constexpr = 5):
+    def _off_softmax(s, qs, m_i, l_i, kbs):
         """`attention_fwd._fwd_off_tile`'s softmax (K_OFF): one K scale per tile, c = s_q·c·s_kb per
-        row, the integer row max, p = exp2(s·c - M + 8) (P's ×256). Returns (p, m, l, alpha).
-        FMA, SPLIT, DEGREE: the exponentials' probe (`EXP_FMA_EVERY`)."""
+        row, the integer row max, p = exp2(s·c - M + 8) (P's ×256). Returns (p, m, l, alpha)."""
         c = qs * kbs
         m_new = gl.maximum(m_i, gl.ceil(_row_max(s) * c))
         alpha = gl.exp2(m_i - m_new)
-        p = _off_exp2(s * c[:, None] - (m_new - 8.0)[:, None], FMA, SPLIT, DEGREE)
+        p = gl.exp2(s * c[:, None] - (m_new - 8.0)[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         return p, m_new, l_i, alpha
 
@@ -302,9 +260,7 @@ if HAS_GLUON:
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          EXP_FMA_EVERY: gl.constexpr = 0, EXP_FMA_DEGREE: gl.constexpr = 5,
-                          EXP_FMA_SPLIT: gl.constexpr = False):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -369,13 +325,7 @@ if HAS_GLUON:
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                if EXP_FMA_EVERY > 0:
-                    if t % EXP_FMA_EVERY == EXP_FMA_EVERY - 1:
-                        p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs, True, False, EXP_FMA_DEGREE)
-                    else:
-                        p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
-                else:
-                    p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs, False, EXP_FMA_SPLIT, EXP_FMA_DEGREE)
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
                 p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
                 acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
@@ -563,8 +513,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, EXP_FMA_EVERY=EXP_FMA_EVERY, EXP_FMA_DEGREE=EXP_FMA_DEGREE,
-             EXP_FMA_SPLIT=EXP_FMA_SPLIT),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
         dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:
