@@ -59,9 +59,6 @@ PIPE = 3  # the default: one chained accumulator, three programs per SM (module 
 TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
-# A timing probe (session 19), 0 by default: the chained loop's off-diagonal tiles with one part of their work
-# left out (wrong numbers, the rest the same work), to read what each part costs (scripts/fwd_ablation_probe.py)
-ABLATE = 0
 
 
 def default_stages(pipe: int) -> int:
@@ -263,8 +260,7 @@ if HAS_GLUON:
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          ABLATE: gl.constexpr = 0):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -327,39 +323,13 @@ if HAS_GLUON:
                 kbs_next = gl.load(KBS + kvb_off + t + 1)  # t + 1 <= n_off: the diagonal block at most
                 vsb_next = gl.load(VBS + kvb_off + t + 1)
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
-                if ABLATE == 6 or ABLATE == 7:  # no QKᵀ product (its K tile still streamed)
-                    s = acc * qs[:, None]  # varies by element: the softmax below is not folded away
-                else:
-                    s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False,
-                                      is_async=True)
-                    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                if ABLATE == 0 or ABLATE == 6 or ABLATE == 7:
-                    p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
-                else:
-                    c = qs * kbs
-                    if ABLATE == 2:  # no row max
-                        m_new = gl.maximum(m_i, c)
-                    else:
-                        m_new = gl.maximum(m_i, gl.ceil(_row_max(s) * c))
-                    alpha = gl.exp2(m_i - m_new)
-                    x = s * c[:, None] - (m_new - 8.0)[:, None]
-                    if ABLATE == 1:  # no exponentials
-                        p = x
-                    else:
-                        p = gl.exp2(x)
-                    if ABLATE == 3:  # no row sum
-                        l_i = l_i * alpha
-                    else:
-                        l_i = l_i * alpha + gl.sum(p, 1)
-                    m_i = m_new
-                if ABLATE != 4:  # 4: no rescale of the accumulator
-                    acc = acc * (alpha * (cv / vsb))[:, None]
-                if ABLATE == 5 or ABLATE == 7:  # no P·V product (P's conversion goes with it)
-                    acc = acc + gl.expand_dims(gl.sum(p, 1), 1)
-                else:
-                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
-                    acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                acc = acc * (alpha * (cv / vsb))[:, None]
+                acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 cv = vsb
                 if t + STAGES <= n_off:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
@@ -543,7 +513,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, ABLATE=ABLATE),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
         dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:
