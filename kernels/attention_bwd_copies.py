@@ -36,7 +36,9 @@ import torch
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_operands import materialize_off_diagonal
+from .buffers import carve
 from .formats import FP8_TINY
+from .relaunch import Relaunch
 
 if HAS_TRITON:
     import triton
@@ -206,6 +208,11 @@ KEY_COPIES_SPLIT = True
 KEY_COPIES_WARPS = {"k": 16, "v": 8}
 
 
+# launched through `relaunch.Relaunch` (host time a backward): Triton's launch path once per plan
+_QUERY_COPIES_LAUNCH = Relaunch(_query_copies_kernel) if HAS_TRITON else None
+_KEY_COPIES_LAUNCH = Relaunch(_key_copies_kernel) if HAS_TRITON else None
+
+
 def _rows_per_program(seq: int) -> int:
     return next(r for r in (128, 64, 32, 16, 8, 4, 2, 1) if seq % r == 0)
 
@@ -218,36 +225,46 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    dev = q.vals.device
     rows = _rows_per_program(seq)
     warps = 4 if INTERPRET else 8
-    qb = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=dev)
     if stats is not None and stats.shape != (b * hq, STATS_ROWS, seq):
         raise ValueError(f"bf16_copies: stats {tuple(stats.shape)} must have the shape {(b * hq, STATS_ROWS, seq)} "
                          f"(`query_stats`)")
-    _query_copies_kernel[(seq // rows, b * hq)](q.vals, qb, do.vals, do.scale, lse2, moff, delta, q.scale,
-                                                stats if stats is not None else lse2, seq, D=d, BR=rows,
-                                                WITH_STATS=stats is not None, ROWS=STATS_ROWS, num_warps=warps)
     # a deferred copy is re-quantized here, one program per token block (its scale is the program's amax),
     # where the block is a power of two; else the separate pass computes it first
     k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
             materialize_off_diagonal(op, QZ) for op in (k, v))
     k_req = k.off is not None and k.off.deferred
     v_req = v.off is not None and v.off.deferred
+    blocks = seq // rows
     if k_req or v_req:
-        rows = (k.off if k_req else v.off).block
+        block = (k.off if k_req else v.off).block
         if k_req and v_req and k.off.block != v.off.block:
             raise ValueError(f"bf16_copies: K's and V's deferred copies have token blocks {k.off.block} and "
                              f"{v.off.block}; one pass re-quantizes both with one block")
-    kbf = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=dev)
-    kbbf = torch.empty_like(kbf) if k.off is not None else kbf
-    kb = torch.empty_like(k.vals) if k_req else k.off.vals if k.off is not None else None
-    kbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if k_req
-           else k.off.scale if k.off is not None else None)
-    vr = torch.empty(b, hkv, seq, d, dtype=v.vals_t.dtype, device=dev)
-    vbr = torch.empty_like(vr) if v.off is not None else vr
-    vbs = (torch.empty(b, hkv, seq // rows, dtype=torch.float32, device=dev) if v_req
-           else v.off.scale if v.off is not None else v.scale)
+        rows, blocks = block, seq // block
+    # the copies live and die together (the backward kernels' operands): one allocation (`buffers.carve`)
+    keys = (b, hkv, seq, d)
+    parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": (keys, torch.bfloat16), "vr": (keys, v.vals_t.dtype)}
+    if k.off is not None:
+        parts["kbbf"] = (keys, torch.bfloat16)
+    if k_req:
+        parts["kb"], parts["kbs"] = (keys, k.vals.dtype), ((b, hkv, blocks), torch.float32)
+    if v.off is not None:
+        parts["vbr"] = (keys, v.vals_t.dtype)
+    if v_req:
+        parts["vbs"] = ((b, hkv, blocks), torch.float32)
+    out = dict(zip(parts, carve(q.vals.device, list(parts.values())), strict=True))
+    qb, kbf, vr = out["qb"], out["kbf"], out["vr"]
+    kbbf, vbr = out.get("kbbf", kbf), out.get("vbr", vr)
+    kb = out["kb"] if k_req else k.off.vals if k.off is not None else None
+    kbs = out["kbs"] if k_req else k.off.scale if k.off is not None else None
+    vbs = out["vbs"] if v_req else v.off.scale if v.off is not None else v.scale
+    q_rows = _rows_per_program(seq)
+    _QUERY_COPIES_LAUNCH((seq // q_rows, b * hq),
+                         (q.vals, qb, do.vals, do.scale, lse2, moff, delta, q.scale,
+                          stats if stats is not None else lse2, seq),
+                         dict(D=d, BR=q_rows, WITH_STATS=stats is not None, ROWS=STATS_ROWS), dict(num_warps=warps))
     vt_bytes = v.vals_t.view(torch.uint8)
     key_args = (k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
                 kbs if kbs is not None else k.scale, vt_bytes, v.scale,
@@ -257,8 +274,8 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                  TINY=FP8_TINY)
     if KEY_COPIES_SPLIT:  # K's and V's halves as two launches, each at its own warps
         for part, do_k in (("k", True), ("v", False)):
-            _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, DO_K=do_k, DO_V=not do_k,
-                                                       num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part])
+            _KEY_COPIES_LAUNCH((seq // rows, b * hkv), key_args, dict(**flags, DO_K=do_k, DO_V=not do_k),
+                               dict(num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part]))
     else:
-        _key_copies_kernel[(seq // rows, b * hkv)](*key_args, **flags, num_warps=warps)
+        _KEY_COPIES_LAUNCH((seq // rows, b * hkv), key_args, flags, dict(num_warps=warps))
     return qb, kbf, kbbf, vr, vbr, vbs if v.off is not None else None, kb, kbs

@@ -764,6 +764,10 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     return k_outs, v_outs
 
 
+# launched through `relaunch.Relaunch` (host time a backward): Triton's launch path once per plan
+_TOKENS_DELTA_LAUNCH = Relaunch(_fp8_tokens_delta_kernel) if HAS_TRITON else None
+
+
 def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor,
                                       transposed: bool = False):
     """dO's per-token fp8 and the attention backward's delta, in one pass.
@@ -783,16 +787,20 @@ def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale
     x = x.contiguous()
     seq, dim = x.shape[-2], x.shape[-1]
     bh = x.numel() // max(1, seq * dim)
-    x8 = torch.empty(x.shape, dtype=F.FP8_DTYPE, device=x.device)
-    x8t = torch.empty((*x.shape[:-2], dim, seq), dtype=F.FP8_DTYPE, device=x.device) if transposed else x8
-    scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
-    delta = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    # the outputs live and die together (the backward's operands): one allocation (`buffers.carve`)
+    parts = [(tuple(x.shape), F.FP8_DTYPE), ((*x.shape[:-1], 1), torch.float32), (tuple(x.shape[:-1]), torch.float32)]
+    if transposed:
+        parts.append(((*x.shape[:-2], dim, seq), F.FP8_DTYPE))
+    x8, scale, delta, *x8t = carve(x.device, parts)
+    x8t = x8t[0] if transposed else x8
     if x.numel():
         block_d = triton.next_power_of_2(dim)
         block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
-        _fp8_tokens_delta_kernel[(bh, triton.cdiv(seq, block_s))](
-            x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, o8.contiguous().view(torch.uint8),
-            o_scale.float().contiguous(), delta, seq, dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
-            WRITE_T=transposed, num_warps=_num_warps(block_s * block_d),
+        _TOKENS_DELTA_LAUNCH(
+            (bh, triton.cdiv(seq, block_s)),
+            (x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, o8.contiguous().view(torch.uint8),
+             o_scale.float().contiguous(), delta, seq, dim),
+            dict(TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d, WRITE_T=transposed),
+            dict(num_warps=_num_warps(block_s * block_d)),
         )
     return (x8, scale, delta, x8t) if transposed else (x8, scale, delta)

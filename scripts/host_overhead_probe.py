@@ -13,8 +13,8 @@ sleeps). single − ahead is what the host costs an isolated call. Not what scri
 reads: its calls are queued without a synchronize between them, so the host runs ahead there.
 --profile: for fp8, the kernels of one single call with the GPU idle time before and between them
 (torch.profiler), and the host functions that take the time (cProfile, cumulative). --parts: host µs of each
-step of the fp8 forward's path; --launch-costs: host µs inside Triton's launch path and a cProfile by own
-time. Never imported.
+step of the fp8 forward's path, and of a training call's backward; --launch-costs: host µs inside Triton's
+launch path and a cProfile by own time. Never imported.
 """
 from __future__ import annotations
 
@@ -153,6 +153,17 @@ def host_parts(q, k, v, reps: int = 200) -> None:
         times.append((time.perf_counter() - t0) / 4 * 1e6)
         torch.cuda.synchronize()
     print(f"  {'flamia_attention, grad':40s} {statistics.median(times):8.1f}")
+    # the backward of one training call: its host time with the GPU busy (the forward and a sleep queued first)
+    do = torch.randn_like(q)
+    times = []
+    for _ in range(reps // 5):
+        o = flamia_attention(q2, k2, v2, "fp8")
+        torch.cuda._sleep(sleep_cycles(20.0))
+        t0 = time.perf_counter()
+        o.backward(do)
+        times.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    print(f"  {'backward (o.backward)':40s} {statistics.median(times[1:]):8.1f}")
 
 
 def launch_costs(q, k, v, calls: int = 40) -> None:

@@ -699,10 +699,17 @@ def test_gpu_relaunched_kernels_match_triton_s_launches():
     """`relaunch.Relaunch`: a training call whose kernels launch through their kept plans (the launcher called
     directly) gives the bits of the same call launched through Triton. Fresh inputs for each call; GQA, B > 1,
     S not a power of two."""
-    from flamia_kernels import attention_bwd_gluon, attention_dkdv_ws, attention_fwd_gluon, quantize
+    from flamia_kernels import (
+        attention_bwd_copies,
+        attention_bwd_gluon,
+        attention_dkdv_ws,
+        attention_fwd_gluon,
+        quantize,
+    )
 
-    launches = [quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, attention_dkdv_ws._LAUNCH,
-                attention_bwd_gluon._DQ_LAUNCH]
+    launches = [quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
+                attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_bwd_copies._KEY_COPIES_LAUNCH,
+                attention_dkdv_ws._LAUNCH, attention_bwd_gluon._DQ_LAUNCH]
     fp8 = lambda q, k, v: flamia_attention(q, k, v, "fp8")  # noqa: E731
     _grads(fp8, *_inputs(2, 8, 2, 1920, 128, seed=61))  # every plan kept
     plans = [launch.plans() for launch in launches]
