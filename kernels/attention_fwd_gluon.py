@@ -59,11 +59,6 @@ PIPE = 3  # the default: one chained accumulator, three programs per SM (module 
 TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
-# A probe (session 19), 0 by default: V's off-diagonal block scale folded into P (the partner rule) against R, the
-# largest of the program's off-diagonal V block scales, so the chained accumulator keeps one unit and needs a
-# rescale only where a row max grows. 1: folded, rescaled every tile; 2: folded, rescaled only on tiles where some
-# row's max grew; 3: folded, never rescaled (wrong where a max grows: the bound on the gain).
-FOLD_V = 0
 
 
 def default_stages(pipe: int) -> int:
@@ -140,16 +135,6 @@ if HAS_GLUON:
         p = gl.exp2(s * c[:, None] - (m_new - 8.0)[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         return p, m_new, l_i, alpha
-
-    @gluon.jit
-    def _max_block_scale(ptr, n, CH: gl.constexpr, NW: gl.constexpr):
-        """The largest of the n block scales at ptr (1.0 where there are none)."""
-        lay: gl.constexpr = gl.BlockedLayout([1], [32], [NW], [0])
-        r = gl.max(gl.full([CH], 0.0, gl.float32, lay), 0)
-        for c0 in range(0, n, CH):
-            idx = c0 + gl.arange(0, CH, layout=lay)
-            r = gl.maximum(r, gl.max(gl.load(ptr + idx, mask=idx < n, other=0.0), 0))
-        return gl.where(r > 0.0, r, 1.0)
 
     @gluon.jit
     def _diag_softmax(s, keep, vs, m_i, l_i, SAFE: gl.constexpr, MASK_AS_BIAS: gl.constexpr):
@@ -275,8 +260,7 @@ if HAS_GLUON:
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          FOLD_V: gl.constexpr = 0):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -332,8 +316,6 @@ if HAS_GLUON:
             # instruction); −1.8% at 8k
             kbs_next = gl.load(KBS + kvb_off)
             vsb_next = gl.load(VBS + kvb_off)
-            rv = _max_block_scale(VBS + kvb_off, n_off, 32 * NW, NW)  # (probe FOLD_V; unused at 0)
-            rv_inv = 1.0 / rv
             for t in range(0, n_off):
                 stage = t % STAGES
                 kbs = kbs_next
@@ -343,30 +325,12 @@ if HAS_GLUON:
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                if FOLD_V > 0:
-                    lr = gl.log2(vsb * rv_inv)  # <= 0: P's bytes carry V's block scale against R
-                    c = qs * kbs
-                    m_new = gl.maximum(m_i, gl.ceil(_row_max(s) * c))
-                    alpha = gl.exp2(m_i - m_new)
-                    p = gl.exp2(s * c[:, None] - (m_new - 8.0 - lr)[:, None])
-                    l_i = l_i * alpha + gl.sum(p, 1) * (rv / vsb)
-                    if FOLD_V == 1:
-                        acc = acc * alpha[:, None]
-                    elif FOLD_V == 2:
-                        if gl.max(m_new - m_i, 0) > 0.0:
-                            acc = acc * alpha[:, None]
-                    m_i = m_new
-                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
-                else:
-                    p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
-                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
-                    acc = acc * (alpha * (cv / vsb))[:, None]
+                p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
+                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                if FOLD_V > 0:
-                    cv = rv  # the accumulator's unit: `acc * cv` below puts it in true units
-                else:
-                    cv = vsb
+                cv = vsb
                 if t + STAGES <= n_off:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
                                 v_smem, ready, STAGES, BLOCK)
@@ -549,7 +513,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, FOLD_V=FOLD_V),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
         dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:
