@@ -225,7 +225,7 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    rows = _rows_per_program(seq)
+    q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)
     warps = 4 if INTERPRET else 8
     if stats is not None and stats.shape != (b * hq, STATS_ROWS, seq):
         raise ValueError(f"bf16_copies: stats {tuple(stats.shape)} must have the shape {(b * hq, STATS_ROWS, seq)} "
@@ -236,31 +236,28 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
             materialize_off_diagonal(op, QZ) for op in (k, v))
     k_req = k.off is not None and k.off.deferred
     v_req = v.off is not None and v.off.deferred
-    blocks = seq // rows
     if k_req or v_req:
-        block = (k.off if k_req else v.off).block
+        rows = (k.off if k_req else v.off).block
         if k_req and v_req and k.off.block != v.off.block:
             raise ValueError(f"bf16_copies: K's and V's deferred copies have token blocks {k.off.block} and "
                              f"{v.off.block}; one pass re-quantizes both with one block")
-        rows, blocks = block, seq // block
     # the copies live and die together (the backward kernels' operands): one allocation (`buffers.carve`)
     keys = (b, hkv, seq, d)
     parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": (keys, torch.bfloat16), "vr": (keys, v.vals_t.dtype)}
     if k.off is not None:
         parts["kbbf"] = (keys, torch.bfloat16)
     if k_req:
-        parts["kb"], parts["kbs"] = (keys, k.vals.dtype), ((b, hkv, blocks), torch.float32)
+        parts["kb"], parts["kbs"] = (keys, k.vals.dtype), ((b, hkv, seq // rows), torch.float32)
     if v.off is not None:
         parts["vbr"] = (keys, v.vals_t.dtype)
     if v_req:
-        parts["vbs"] = ((b, hkv, blocks), torch.float32)
+        parts["vbs"] = ((b, hkv, seq // rows), torch.float32)
     out = dict(zip(parts, carve(q.vals.device, list(parts.values())), strict=True))
     qb, kbf, vr = out["qb"], out["kbf"], out["vr"]
     kbbf, vbr = out.get("kbbf", kbf), out.get("vbr", vr)
     kb = out["kb"] if k_req else k.off.vals if k.off is not None else None
     kbs = out["kbs"] if k_req else k.off.scale if k.off is not None else None
     vbs = out["vbs"] if v_req else v.off.scale if v.off is not None else v.scale
-    q_rows = _rows_per_program(seq)
     _QUERY_COPIES_LAUNCH((seq // q_rows, b * hq),
                          (q.vals, qb, do.vals, do.scale, lse2, moff, delta, q.scale,
                           stats if stats is not None else lse2, seq),
