@@ -163,6 +163,7 @@ def host_parts(q, k, v, reps: int = 200) -> None:
         o.backward(do)
         times.append((time.perf_counter() - t0) * 1e6)
         torch.cuda.synchronize()
+    # the first backward compiles its kernels: left out of the median
     print(f"  {'backward (o.backward)':40s} {statistics.median(times[1:]):8.1f}")
 
 
