@@ -41,6 +41,7 @@ document start: the skipped sub-tiles are masked for every row, so the result is
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
@@ -455,6 +456,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     gluon_dq = config.pop("gluon_dq", 0)
     fp8_dk = config.pop("fp8_dk", False)
     fp8_dq = config.pop("fp8_dq", False)
+    dq_stream = config.pop("dq_stream", None)
+    if dq_stream not in (None, "same", "high"):
+        raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
+                         f"side stream of that priority, beside the dK/dV kernel)")
     if gluon_dq not in (0, 32, 64):
         raise ValueError(f"backward config gluon_dq={gluon_dq!r}: allowed 0 (the Triton dQ kernel), 32 or 64 (the "
                          f"Gluon dQ kernel's key sub-tile)")
@@ -526,6 +531,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
+    side = _side_stream(q.vals.device, dq_stream) if dq_stream and q.vals.is_cuda and which == "both" else None
+    if side is not None:  # dQ's inputs are queued: from here the side stream may run beside the dK/dV kernel
+        side.wait_stream(torch.cuda.current_stream())
     if on_gluon and which != "dq":
         copies = (qb, dot, kbf, kbbf, vr, vbr)
         if ws_dkdv:
@@ -556,11 +564,38 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(), v.scale,
                                    v.off.per_token_scale(), causal, block)
                 probe = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
-            dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
-                                        gluon_dq, fp8_dq=probe)
+            with _on_side(side):
+                dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
+                                            gluon_dq, fp8_dq=probe)
         else:
             dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
             if which != "dkdv":
                 _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
                                                 PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
+    if side is not None:  # the caller's stream waits for dQ; dQ's memory is released on the caller's stream
+        torch.cuda.current_stream().wait_stream(side)
+        dq.record_stream(torch.cuda.current_stream())
     return dq, dk, dv
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device, priority: str):
+    """A side stream per device and priority (launch option dq_stream, a probe): the dQ kernel there, launched
+    after the dK/dV kernel, may take the SMs the dK/dV kernel's last programs leave (and, at high priority, every
+    SM a dK/dV program leaves)."""
+    key = (device, priority)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device, priority=-1 if priority == "high" else 0)
+    return _SIDE_STREAMS[key]
+
+
+@contextlib.contextmanager
+def _on_side(side):
+    """Run the block's launches on `side` (no-op for None)."""
+    if side is None:
+        yield
+        return
+    with torch.cuda.stream(side):
+        yield

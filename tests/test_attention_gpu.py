@@ -643,6 +643,24 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     assert all(same) and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 
+@pytest.mark.parametrize("priority", ["same", "high"])
+def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
+    """Launch option dq_stream (a probe): the dQ kernel on a side stream beside the dK/dV kernel gives the same dQ,
+    dK and dV bits as the two kernels one after the other, and the caller's stream sees dQ complete."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
+    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    got = attention_bwd.backward(*args, config={**base, "dq_stream": priority})
+    doubled = got[0].float() * 2  # read on the caller's stream right away
+    same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
+    print(f"\ndQ on a {priority}-priority side stream: bit-identical (dQ, dK, dV) {same}")
+    assert all(same) and torch.equal(doubled, want[0].float() * 2), same
+
+
 @pytest.mark.parametrize("bn", [64, 32])
 def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)

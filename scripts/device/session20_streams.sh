@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Session 20: the dQ kernel on a side stream beside the dK/dV kernel (launch option dq_stream, a probe): bit-identity,
+# then fwd+bwd timing against the default and cuDNN at 8k and 16k, same and high priority.
+#   bash scripts/device/session20_streams.sh   (carry .gpu)
+set -uo pipefail
+source scripts/device/setup.sh
+TAIL=6 phase tests 150 $GPU_TESTS tests/test_attention_gpu.py -k "side_stream"
+echo '{"bwd": {"dq_stream": "same"}}' > /tmp/same.json
+echo '{"bwd": {"dq_stream": "high"}}' > /tmp/high.json
+for p in same high; do
+  TAIL=10 phase "table_$p" 200 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 \
+    --peers cudnn --modes fwdbwd --rounds 3 --launch "/tmp/$p.json" --out "$R/table_$p"
+done
+tar -czf "$OUT/results.tar.gz" -C /tmp results
