@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 20: the dQ kernel on a side stream beside the dK/dV kernel (launch option dq_stream, a probe): bit-identity,
-# then fwd+bwd timing against the default and cuDNN at 8k and 16k, same and high priority.
+# then fwd+bwd timing against the default and cuDNN at 8k and 16k, same and high priority; Nsight Compute's stall
+# samples of the chained forward per SASS line.
 #   bash scripts/device/session20_streams.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
@@ -11,4 +12,11 @@ for p in same high; do
   TAIL=10 phase "table_$p" 200 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 \
     --peers cudnn --modes fwdbwd --rounds 3 --launch "/tmp/$p.json" --out "$R/table_$p"
 done
+# the chained forward's stall samples per SASS line at 8k (where a tile's ~1,200 SM cycles go)
+TAIL=2 phase ncu 150 ncu --clock-control none --kernel-name _fwd_gluon_kernel --launch-skip 1 --launch-count 1 \
+  --section WarpStateStats --section SourceCounters -o "$R/fwd" python3 scripts/profile_attention_step.py --seq 8192 \
+  --batch-heads 4x16
+TAIL=1 phase sass 120 ncu -i "$R/fwd.ncu-rep" --page source --csv --print-source sass
+TAIL=40 phase stats 60 ncu -i "$R/fwd.ncu-rep" --page details --section WarpStateStats
+gzip "$R/sass.log"; rm -f "$R/fwd.ncu-rep"
 tar -czf "$OUT/results.tar.gz" -C /tmp results
