@@ -64,7 +64,7 @@ MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded do
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
-    return CHAIN_STAGES if pipe in (3, 5, 6) else STAGES
+    return CHAIN_STAGES if pipe == 3 else STAGES
 
 
 def unsupported(x: torch.Tensor, spec, causal: bool, has_doc: bool) -> str | None:
@@ -114,34 +114,16 @@ if HAS_GLUON:
             tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
 
     @gluon.jit
-    def _row_partial_max(s):
-        """The in-register part of a row max of an NVMMA score tile [R, C] as a tree of halves: [R, 8], the 8
-        columns of one MMA row slice left (two in each thread's registers, four lanes). A reduction in
-        register order is a chain of C/4 dependent FMNMX per thread (sm_90 SASS); the halves' depth is log2
-        of that. The same instructions, and the same value (a max is exact in any order)."""
+    def _row_max(s):
+        """gl.max(s, 1) as a tree of halves: the exponentials wait on the row max, and a reduction in
+        register order is a chain of C/4 dependent FMNMX per thread (sm_90 SASS), the halves' depth
+        is log2 of that. The same instructions, and the same value (a max is exact in any order)."""
         R: gl.constexpr = s.shape[0]
         C: gl.constexpr = s.shape[1]
-        gl.static_assert(C == 128 or C == 64, "score tiles of 128 or 64 keys")
         x = s
-        for i in gl.static_range(4 if C == 128 else 3):  # the column bits above the MMA row slice's 8
+        for i in gl.static_range(4):  # the column bits a thread holds in registers (NVMMA layout)
             x = gl.max(gl.reshape(x, [R, 2, C // (2 << i)]), 1)
-        return x
-
-    @gluon.jit
-    def _row_partial_sum(p):
-        """`_row_partial_max`'s tree for a row sum (fp32 additions in another order than gl.sum's)."""
-        R: gl.constexpr = p.shape[0]
-        C: gl.constexpr = p.shape[1]
-        gl.static_assert(C == 128 or C == 64, "tiles of 128 or 64 keys")
-        x = p
-        for i in gl.static_range(4 if C == 128 else 3):
-            x = gl.sum(gl.reshape(x, [R, 2, C // (2 << i)]), 1)
-        return x
-
-    @gluon.jit
-    def _row_max(s):
-        """gl.max(s, 1) with the in-register part as a tree of halves (`_row_partial_max`)."""
-        return gl.convert_layout(gl.max(_row_partial_max(s), 1), gl.SliceLayout(1, s.type.layout))
+        return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
 
     @gluon.jit
     def _off_softmax(s, qs, m_i, l_i, kbs):
@@ -356,69 +338,6 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        elif PIPE == 5 or PIPE == 6:  # the chained loop with each product in two halves of 64 keys (`SPLIT_DOC`)
-            PREFETCH: gl.constexpr = PIPE == 6  # the first half of QKᵀ(t + 1) issued behind P·V(t)
-            H: gl.constexpr = BLOCK // 2
-            LH: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                         instr_shape=[16, H, 32])
-            ROW_H: gl.constexpr = gl.SliceLayout(1, LH)
-            zero_h = gl.zeros([BM, H], gl.float32, LH)
-            kbs_next = gl.load(KBS + kvb_off)
-            vsb_next = gl.load(VBS + kvb_off)
-            s0 = zero_h
-            if PREFETCH:
-                if n_off > 0:
-                    mbarrier.wait(ready.index(0), 0)
-                    s0 = warpgroup_mma(q_smem, k_smem.index(0).slice(0, H).permute((1, 0)), zero_h, use_acc=False,
-                                       is_async=True)
-                    s0 = warpgroup_mma_wait(num_outstanding=0, deps=(s0,))
-            for t in range(0, n_off):
-                stage = t % STAGES
-                kbs = kbs_next
-                vsb = vsb_next
-                kbs_next = gl.load(KBS + kvb_off + t + 1)
-                vsb_next = gl.load(VBS + kvb_off + t + 1)
-                k_t = k_smem.index(stage)
-                v_t = v_smem.index(stage)
-                if not PREFETCH:
-                    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
-                    s0 = warpgroup_mma(q_smem, k_t.slice(0, H).permute((1, 0)), zero_h, use_acc=False, is_async=True)
-                s1 = warpgroup_mma(q_smem, k_t.slice(H, H).permute((1, 0)), zero_h, use_acc=False, is_async=True)
-                if not PREFETCH:  # (with PREFETCH s0 came back with P·V(t - 1))
-                    s0 = warpgroup_mma_wait(num_outstanding=1, deps=(s0,))
-                mx0 = _row_partial_max(s0)  # while the second half's scores compute
-                s1 = warpgroup_mma_wait(num_outstanding=0, deps=(s1,))
-                mx = gl.convert_layout(gl.max(gl.maximum(mx0, _row_partial_max(s1)), 1), ROW)
-                c = qs * kbs
-                m_new = gl.maximum(m_i, gl.ceil(mx * c))
-                alpha = gl.exp2(m_i - m_new)
-                acc = acc * (alpha * (cv / vsb))[:, None]
-                c_h = gl.convert_layout(c, ROW_H)
-                off_h = gl.convert_layout(m_new - 8.0, ROW_H)
-                p0 = gl.exp2(s0 * c_h[:, None] - off_h[:, None])
-                p0_8 = gl.convert_layout(p0.to(gl.float8e4nv), P_L)
-                acc = warpgroup_mma(p0_8, v_t.slice(0, H, dim=1).permute((1, 0)), acc, is_async=True)
-                p1 = gl.exp2(s1 * c_h[:, None] - off_h[:, None])  # while the first half's P·V computes
-                p1_8 = gl.convert_layout(p1.to(gl.float8e4nv), P_L)
-                acc = warpgroup_mma(p1_8, v_t.slice(H, H, dim=1).permute((1, 0)), acc, is_async=True)
-                l_i = l_i * alpha + gl.convert_layout(gl.sum(_row_partial_sum(p0) + _row_partial_sum(p1), 1), ROW)
-                m_i = m_new
-                cv = vsb
-                if PREFETCH:  # tile t + 1 <= n_off (the diagonal's scores are recomputed whole below)
-                    nxt = (t + 1) % STAGES
-                    mbarrier.wait(ready.index(nxt), ((t + 1) // STAGES) & 1)
-                    s0 = warpgroup_mma(q_smem, k_smem.index(nxt).slice(0, H).permute((1, 0)), zero_h, use_acc=False,
-                                       is_async=True)
-                    acc, s0 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s0))
-                else:
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                if t + STAGES <= n_off:
-                    _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
-                                v_smem, ready, STAGES, BLOCK)
-            stage = n_off % STAGES
-            mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
-            s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -525,8 +444,8 @@ _FWD_LAUNCH = Relaunch(_fwd_gluon_kernel) if HAS_GLUON else None
 
 
 def _registers(pipe: int) -> dict:
-    """The chained variants (pipe 3, 5) fit 168 registers a thread: three programs of 4 warps per SM."""
-    return {"maxnreg": MAXNREG_CHAIN} if pipe in (3, 5, 6) else {}
+    """The chained variant (pipe 3) fits 168 registers a thread: three programs of 4 warps per SM."""
+    return {"maxnreg": MAXNREG_CHAIN} if pipe == 3 else {}
 
 
 def _fp8_layout(block_shape):
@@ -571,8 +490,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
     `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
-    if pipe not in (0, 1, 2, 3, 5, 6):
-        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3, 5, 6")
+    if pipe not in (0, 1, 2, 3):
+        raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     stages = default_stages(pipe) if stages is None else stages
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")

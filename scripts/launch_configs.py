@@ -13,9 +13,7 @@ imports them when it runs).
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
                three programs per SM; :pipe2 / :pipe1 / :pipe0 fresh P·V products, with the next QKᵀ, the
-               previous P·V or nothing in flight during the softmax; :split the chained loop with each product
-               in two halves of 64 keys, :splitnext with the next tile's first QKᵀ half issued behind P·V;
-               :ws the warp-specialized kernel
+               previous P·V or nothing in flight during the softmax; :ws the warp-specialized kernel
                (attention_fwd_ws: a TMA producer warp, two consumer warpgroups of 64 rows), :pp / :nopp with or
                without (its default) the ping-pong between the consumers, :ws2 / :ws4 its ring at 2 / 4 stages
                (default 3)
@@ -42,7 +40,6 @@ from pathlib import Path
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
-          "split": ("pipe", 5), "splitnext": ("pipe", 6),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
           "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64),
           "gluondq32": ("gluon_dq", 32), "fp8dk": ("fp8_dk", True), "fp8dq": ("fp8_dq", True),

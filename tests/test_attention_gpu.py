@@ -390,8 +390,7 @@ def test_gpu_block_scaled_qk_path_matches_the_bf16_products():
 
 GLUON_VARIANTS = {"pipe2 x3": {"pipe": 2, "num_stages": 3}, "pipe2 x2": {"pipe": 2, "num_stages": 2},
                   "pipe1 x2": {"pipe": 1, "num_stages": 2}, "pipe0 x2": {"pipe": 0, "num_stages": 2},
-                  "chain x2": {"pipe": 3, "num_stages": 2}, "split x2": {"pipe": 5, "num_stages": 2},
-                  "splitnext x2": {"pipe": 6, "num_stages": 2}}
+                  "chain x2": {"pipe": 3, "num_stages": 2}}
 
 
 @pytest.mark.parametrize("safeguards", [True, False])
@@ -410,7 +409,7 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=27)
     ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
     assert attention_fwd_gluon.eligible(ops.q, ops.k, ops.v, spec, True, None, None, False) is None
-    chain = {"CHAIN": True} if GLUON_VARIANTS[variant]["pipe"] in (3, 5, 6) else {}
+    chain = {"CHAIN": True} if GLUON_VARIANTS[variant]["pipe"] == 3 else {}
     base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, True, safeguards, 128 ** -0.5, 128, True,
                                  config={**_triton_forward(), **chain})
     got = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True,
@@ -570,7 +569,7 @@ def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     assert max(rel.values()) <= 1e-4, rel
 
 
-@pytest.mark.parametrize("pipe", [2, 3, 5, 6])
+@pytest.mark.parametrize("pipe", [2, 3])
 def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     """test_gpu_accuracy_vs_exact's bar for O (and dV, whose backward reads O's saved copy) with the
     forward on the Gluon kernel: fresh P·V products per tile (pipe 2, the Triton kernel's bits) and one
@@ -578,7 +577,7 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     from flamia_kernels import attention_fwd, attention_fwd_gluon
 
     fwd = attention_fwd.launch_config
-    launch = {"gluon": True, "pipe": pipe, "num_stages": 2 if pipe in (3, 5, 6) else 3}
+    launch = {"gluon": True, "pipe": pipe, "num_stages": 2 if pipe == 3 else 3}
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), **launch})
     calls = _spy(monkeypatch, attention_fwd_gluon, "forward")
     q, k, v, do = _inputs(1, 4, 4, 4096, 128, seed=1)
