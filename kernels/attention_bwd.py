@@ -382,13 +382,18 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     64-key sub-tiles). ws_dkdv (fast path's default): that dK/dV kernel warp-specialized (`attention_dkdv_ws`, a
     TMA producer warp), the same bits: 3848 / 4097 against 4262 / 4355 µs at S = 8k, B×H = 64, two rounds
     (session 15, fa1d110); the dQ kernel stays as it is (a producer warp there would cost it a program per SM:
-    ptxas wants a kernel-wide register target of at least 94 for its dQ product, C7602)."""
+    ptxas wants a kernel-wide register target of at least 94 for its dQ product, C7602). dq_stream ("high", the fast
+    path's default; "same", or None for one stream): the dQ kernel on a side stream of that priority, launched
+    beside the dK/dV kernel (both read only what the copies pass wrote), so that its programs take the SMs the dK/dV
+    kernel's last programs leave: the same bits, fwd + bwd −1.0 to −1.6% at S = 8k and 16k in paired rounds
+    (session 20, e1c8df3; docs/benchmarks.md)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
-                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32}
+                "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
+                "dq_stream": "high"}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
@@ -436,6 +441,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
     "fp8_dq" (a probe, Gluon dQ kernel only) likewise for dQ (`reference.dq_row_scale`, K8ᵀ and its token-block
     copy's bytes K-major in place of the bf16 K copies).
+    "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
+    the caller's stream made to wait for it before this returns; the same bits.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -457,7 +464,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dk = config.pop("fp8_dk", False)
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
-    if dq_stream not in (None, "same", "high"):
+    if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
     if gluon_dq not in (0, 32, 64):
@@ -531,7 +538,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
-    side = _side_stream(q.vals.device, dq_stream) if dq_stream and q.vals.is_cuda and which == "both" else None
+    # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then
+    side = (_side_stream(q.vals.device, dq_stream) if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq
+            else None)
     if side is not None:  # dQ's inputs are queued: from here the side stream may run beside the dK/dV kernel
         side.wait_stream(torch.cuda.current_stream())
     if on_gluon and which != "dq":
@@ -582,9 +591,9 @@ _SIDE_STREAMS: dict = {}
 
 
 def _side_stream(device, priority: str):
-    """A side stream per device and priority (launch option dq_stream, a probe): the dQ kernel there, launched
-    after the dK/dV kernel, may take the SMs the dK/dV kernel's last programs leave (and, at high priority, every
-    SM a dK/dV program leaves)."""
+    """A side stream per device and priority (launch option dq_stream): the dQ kernel there, launched after the
+    dK/dV kernel, may take the SMs the dK/dV kernel's last programs leave (at high priority the block scheduler
+    dispatches its programs first wherever an SM frees up). Kept for the process: a stream is created once."""
     key = (device, priority)
     if key not in _SIDE_STREAMS:
         _SIDE_STREAMS[key] = torch.cuda.Stream(device, priority=-1 if priority == "high" else 0)

@@ -644,15 +644,17 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
 
 @pytest.mark.parametrize("priority", ["same", "high"])
 def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
-    """Launch option dq_stream (a probe): the dQ kernel on a side stream beside the dK/dV kernel gives the same dQ,
-    dK and dV bits as the two kernels one after the other, and the caller's stream sees dQ complete."""
+    """Launch option dq_stream (the fast path's default "high"): the dQ kernel on a side stream beside the dK/dV kernel
+    gives the same dQ, dK and dV bits as the two kernels one after the other on the caller's stream, and the
+    caller's stream sees dQ complete."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
     base = attention_bwd.launch_config(128, spec.ds)
-    want = attention_bwd.backward(*args, config=base)
+    assert base["dq_stream"] == "high"
+    want = attention_bwd.backward(*args, config={**base, "dq_stream": None})
     got = attention_bwd.backward(*args, config={**base, "dq_stream": priority})
     doubled = got[0].float() * 2  # read on the caller's stream right away
     same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
