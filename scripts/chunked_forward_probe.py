@@ -19,8 +19,7 @@ import statistics
 
 import torch
 from bench_attention import alternating_readings, cuda_stamp, peer_fn, shape_for
-from flamia_kernels import AttentionSpec, flamia_attention
-from flamia_kernels import attention_fwd
+from flamia_kernels import AttentionSpec, attention_fwd, flamia_attention
 from flamia_kernels import quantize as QZ
 from flamia_kernels.attention_operands import prepare_forward
 
@@ -74,8 +73,9 @@ def main() -> None:
                 torch.cuda.synchronize()
                 print(f"S={seq} chunks={n}: O bit-identical to the one-launch forward: {torch.equal(got, whole)}",
                       flush=True)
-        entries = [("fp8", lambda: flamia_attention(q, k, v, "fp8"), None)]
-        entries += [(f"fp8 x{n}", lambda n=n: chunked_forward(q, k, v, n, side), None) for n in args.chunks]
+        entries = [("fp8", lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8"), None)]
+        entries += [(f"fp8 x{n}", lambda n=n, q=q, k=k, v=v: chunked_forward(q, k, v, n, side), None)
+                    for n in args.chunks]
         entries += [("cudnn", peer_fn("cudnn", q, k, v), None)]
         cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
 
