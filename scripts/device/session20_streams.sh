@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Session 20: the dQ kernel on a side stream beside the dK/dV kernel (launch option dq_stream, a probe): bit-identity,
-# then fwd+bwd timing against the default and cuDNN at 8k and 16k, same and high priority; Nsight Compute's stall
-# samples of the chained forward per SASS line.
+# Session 20: the dQ kernel on a side stream beside the dK/dV kernel (launch option dq_stream): bit-identity, then
+# fwd+bwd timing at 8k and 16k of the default ("high" since 526b022) against one stream and the same priority, with
+# cuDNN; Nsight Compute's stall samples of the chained forward per SASS line. (Run at e1c8df3, whose default was one
+# stream, with launch files of "same" and "high": docs/benchmarks.md, session 20.)
 #   bash scripts/device/session20_streams.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
 TAIL=6 phase tests 150 $GPU_TESTS tests/test_attention_gpu.py -k "side_stream"
+echo '{"bwd": {"dq_stream": null}}' > /tmp/serial.json
 echo '{"bwd": {"dq_stream": "same"}}' > /tmp/same.json
-echo '{"bwd": {"dq_stream": "high"}}' > /tmp/high.json
-for p in same high; do
+for p in serial same; do
   TAIL=10 phase "table_$p" 200 python3 scripts/bench_attention.py --seqs 8192,16384 --dims 128 --presets fp8 \
     --peers cudnn --modes fwdbwd --rounds 3 --launch "/tmp/$p.json" --out "$R/table_$p"
 done
