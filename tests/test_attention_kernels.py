@@ -114,6 +114,24 @@ def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv)
         attention_bwd.backward(*args, config={"bm": 32})
 
 
+def test_backward_dq_stream_option():
+    """Launch option dq_stream (the sm_90 fast path's default "high": the dQ kernel on a side stream beside the dK/dV
+    kernel): off CUDA there is no side stream, so any allowed value gives the one-stream bits; another value is
+    refused before any launch, with the key, the value and what is allowed."""
+    from flamia_kernels import attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 2, 2, 256, 64, seed=37)
+    args = backward_args(spec, q, k, v, do)
+    cfg = {"num_warps": 4, "num_stages": 1}
+    plain = attention_bwd.backward(*args, config=cfg)
+    for value in ("same", "high"):
+        got = attention_bwd.backward(*args, config={**cfg, "dq_stream": value})
+        assert all(torch.equal(a, b) for a, b in zip(got, plain, strict=True)), value
+    with pytest.raises(ValueError, match="backward config dq_stream='fast': allowed None, 'same' or 'high'"):
+        attention_bwd.backward(*args, config={**cfg, "dq_stream": "fast"})
+
+
 @pytest.mark.parametrize("causal,safeguards,hq,hkv,half", [
     (True, True, 4, 2, False), (True, True, 2, 1, True), (False, True, 2, 1, False), (True, False, 2, 2, True)])
 def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half):
