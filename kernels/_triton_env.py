@@ -3,7 +3,9 @@ Gluon (Triton's Hopper layer) kernels of the fp8 fast path can: compiled on sm_9
 
 Triton decides between compiling and interpreting when a kernel is *defined*
 (`@triton.jit` reads TRITON_INTERPRET at decoration time), so the answer is
-frozen here at import, in step with the kernels defined after it.
+frozen here at import, in step with the kernels defined after it. Under the interpreter
+this also mends its run-time loop bounds for NumPy 2.4 (`_interpreter_loop_bounds`), here
+because every kernel module imports this one first.
 """
 from __future__ import annotations
 
@@ -42,6 +44,31 @@ def can_run_triton(x: torch.Tensor) -> bool:
     then fall back to the PyTorch ground truth (same bytes).
     """
     return HAS_TRITON and (INTERPRET or x.is_cuda)
+
+
+def _interpreter_loop_bounds() -> None:
+    """Let Triton 3.6's interpreter take run-time loop bounds under NumPy 2.4.
+
+    The interpreter turns a bound such as ``range(0, pid * BLOCK, BLOCK)`` into an int with
+    ``int(ndarray)`` on a one-element array, which NumPy 2.4 rejects; this wraps its tensor
+    patching so ``__index__`` reads the one element instead. Interpreter only, idempotent.
+    """
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "flamia_patched", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched.flamia_patched = True
+    interpreter._patch_lang_tensor = patched
+
+
+if HAS_TRITON and INTERPRET:  # here, where every kernel module looks first: before any kernel is defined or run
+    _interpreter_loop_bounds()
 
 
 def _has_gluon() -> bool:

@@ -52,8 +52,9 @@ from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
+from .dv_row_scale import dv_row_scale_fast
 from .formats import FP8_TINY
-from .reference import DS_TILE, dk_row_scale, dq_row_scale, dv_row_scale, unpack_stats
+from .reference import DS_TILE, dk_row_scale, dq_row_scale, unpack_stats
 
 if HAS_TRITON:
     import triton
@@ -522,7 +523,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dv = spec.fp8_dv
     if fp8_dv:
         dot = do.vals_t if do.vals_t is not None else do.vals.transpose(-1, -2).contiguous()
-        tau = dv_row_scale(do.scale, hkv, causal, None if doc is None else doc[0])
+        tau = dv_row_scale_fast(do.scale, hkv, causal, None if doc is None else doc[0])
     else:
         dot = tau = moff  # unread
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import formats as F
-from ._triton_env import HAS_TRITON, INTERPRET
+from ._triton_env import HAS_TRITON
 
 FMT_CODES = {"bf16": 0, "fp8": 1, "mxfp8": 2, "nvfp4": 3}
 
@@ -27,30 +27,6 @@ def fmt_code(fmt: str) -> int:
     """Kernel constexpr code of a format name."""
     return FMT_CODES[fmt]
 
-
-def _interpreter_loop_bounds() -> None:
-    """Let Triton 3.6's interpreter take run-time loop bounds under NumPy 2.4.
-
-    The interpreter turns a bound such as ``range(0, pid * BLOCK, BLOCK)`` into an int with
-    ``int(ndarray)`` on a one-element array, which NumPy 2.4 rejects; this wraps its tensor
-    patching so ``__index__`` reads the one element instead. Interpreter only, idempotent.
-    """
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "flamia_patched", False):
-        return
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched.flamia_patched = True
-    interpreter._patch_lang_tensor = patched
-
-
-if HAS_TRITON and INTERPRET:
-    _interpreter_loop_bounds()
 
 if HAS_TRITON:
     import triton
