@@ -41,7 +41,6 @@ document start: the skipped sub-tiles are masked for every row, so the result is
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 
 import torch
@@ -574,7 +573,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(), v.scale,
                                    v.off.per_token_scale(), causal, block)
                 probe = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
-            with _on_side(side):
+            with torch.cuda.stream(side):  # a no-op for None
                 dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
                                             gluon_dq, fp8_dq=probe)
         else:
@@ -600,12 +599,3 @@ def _side_stream(device, priority: str):
         _SIDE_STREAMS[key] = torch.cuda.Stream(device, priority=-1 if priority == "high" else 0)
     return _SIDE_STREAMS[key]
 
-
-@contextlib.contextmanager
-def _on_side(side):
-    """Run the block's launches on `side` (no-op for None)."""
-    if side is None:
-        yield
-        return
-    with torch.cuda.stream(side):
-        yield

@@ -50,7 +50,7 @@ BLOCK = 1024  # tokens a step: S = 8k in eight steps, 8 floats a thread at 4 war
 def dv_row_scale_fast(do_scale: torch.Tensor, hkv: int, causal: bool, doc_index: torch.Tensor | None = None):
     """`reference.dv_row_scale` (same arguments, same values), causal and without documents in one Triton launch
     where Triton runs (CUDA; the interpreter on the CPU), else the reference's PyTorch."""
-    if not causal or doc_index is not None or not can_run_triton(do_scale) or do_scale.dim() != 3:
+    if not causal or doc_index is not None or not can_run_triton(do_scale):
         return dv_row_scale(do_scale, hkv, causal, doc_index)
     b, hq, seq = do_scale.shape
     scale = do_scale.float().contiguous()
