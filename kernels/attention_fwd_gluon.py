@@ -264,8 +264,15 @@ if HAS_GLUON:
     @gluon.jit
     def _wait_for_keys(COUNT, bhk, need):
         """Wait until the key-side pass has finished every item of K/V slice bhk (`key_flags`): its counter
-        read with acquire semantics, then a proxy fence, since the slice's bytes were written by ordinary
-        stores and are read here by TMA (the async proxy)."""
+        polled with volatile loads and a pause, then read once with acquire semantics, then a proxy fence, since
+        the slice's bytes were written by ordinary stores and are read here by TMA (the async proxy). Polled
+        with acquire loads, each poll invalidated the SM's L1 (CCTL.IVALL in the SASS), which the pass's program
+        on the same SM reads its spills and its second read of a block from."""
+        seen = gl.load(COUNT + bhk, volatile=True)
+        while seen < need:
+            _ptx("nanosleep.u32 256;")
+            seen = gl.load(COUNT + bhk, volatile=True)
+        # the acquire read (its result used: unused, the compiler drops it); it sees the count complete
         seen = gl.atomic_add(COUNT + bhk, 0, sem="acquire", scope="gpu")
         while seen < need:
             seen = gl.atomic_add(COUNT + bhk, 0, sem="acquire", scope="gpu")
