@@ -865,8 +865,25 @@ def _key_sides_outputs(k: torch.Tensor, block: int):
 _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
 
 
+def _shared_memory_first(compiled) -> None:
+    """Ask the driver for an SM's largest shared-memory carveout whenever the flagged pass runs. Its programs need
+    4 KB, so the driver may configure their SMs for a large L1 instead; an SM runs programs of one carveout at a
+    time, so the forward's programs (74 KB each, three an SM) could then start on an SM only once its pass
+    program had left. On the H200, without this, the forward began ~0.5 ms into a 0.64 ms pass
+    (session21_keys2.sh)."""
+    import ctypes
+
+    carveout_attribute, max_shared_percent = 9, 100  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    err = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(compiled.function), carveout_attribute,
+                                                         max_shared_percent)
+    if err:
+        raise RuntimeError(f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT, 100) failed: CUresult {err}")
+
+
 # the same pass on a persistent grid that publishes each slice (`key_flags`)
-_KEY_SIDES_FLAGGED_LAUNCH = Relaunch(_fp8_key_sides_flagged_kernel) if HAS_TRITON else None
+_KEY_SIDES_FLAGGED_LAUNCH = (
+    Relaunch(_fp8_key_sides_flagged_kernel, prepare=None if INTERPRET else _shared_memory_first) if HAS_TRITON
+    else None)
 # the flagged pass's launch: 8 warps as the plain one, and at most 88 registers a thread, so that one of its programs
 # (8 × 32 × 88 = 22,528) fits beside two of the Gluon forward's (2 × 128 × 168 = 43,008) in an SM's 65,536
 FLAGGED_WARPS = 8
