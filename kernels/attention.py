@@ -36,7 +36,6 @@ from .attention_operands import (
     quantize_output,
 )
 from .document import check_doc_ids, doc_tables
-from .key_flags import key_flags
 from .spec import SEQ_BLOCK, SUPPORTED_HEAD_DIMS, AttentionSpec
 
 _SDPA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -88,14 +87,9 @@ class _FlamiaAttention(torch.autograd.Function):
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         # the forward kernel quantizes Q itself where that is the launch (fp8 qk, per-token Q only)
         fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
-        # the sm_90 fast path starts the forward beside its key-side pass, each program once its K/V slice is in
-        flags = None
-        if fuse_q and attention_fwd.overlaps_keys(q, spec, causal, safeguards, doc_ids is not None):
-            flags = key_flags(q.device, k.shape[0] * k.shape[1],
-                              attention_fwd.launch_config(q.shape[-1], spec.emulated).get("key_programs"))
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
                               off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
-                              quantize_q=not fuse_q, key_flags=flags)
+                              quantize_q=not fuse_q)
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
@@ -104,7 +98,7 @@ class _FlamiaAttention(torch.autograd.Function):
         doc = None if doc_ids is None else doc_tables(doc_ids)
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                                            sm_scale, SEQ_BLOCK, save_o8, doc=doc,
-                                                           q_raw=q if fuse_q else None, key_flags=flags)
+                                                           q_raw=q if fuse_q else None)
         if not needs_grad:
             return o
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)

@@ -263,12 +263,6 @@ if HAS_TRITON:
             tl.store(OS + bh * S + offs_m, os)
 
 
-def _abandon(key_flags) -> None:
-    """Counters a key-side pass published for a kernel that does not read them: zeroed for the next call."""
-    if key_flags is not None:
-        key_flags.abandon()
-
-
 def fused_q_operand(q: torch.Tensor):
     """The Operand a forward with `q_raw` fills: empty fp8 bytes [..., S, D] and fp32 scales [..., S]."""
     from .attention_operands import Operand
@@ -300,20 +294,6 @@ def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool
     return bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
 
 
-def overlaps_keys(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
-    """Whether the forward starts beside its key-side pass (`key_flags`: the pass on a persistent grid that
-    publishes each K/V slice, the forward its programmatic dependent): where the sm_90 Gluon kernel's
-    chained variant runs with Q fused (the fast path), unless the launch option "overlap_keys" is False."""
-    if spec.qk != "fp8" or not safeguards:
-        return False
-    config = launch_config(q.shape[-1], spec.emulated)
-    if not config.get("gluon") or not config.get("overlap_keys", True):
-        return False
-    if config.get("pipe", attention_fwd_gluon.PIPE) != 3 or not config.get("fuse_q", True):
-        return False
-    return attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
-
-
 def launch_config(d: int, emulated: bool) -> dict:
     """num_warps / num_stages (and "bm"): on sm_90 the fp8 fast path (D = 128, no emulated operand)
     runs programs of 64 query rows with 4 warps and 3 stages, two per SM (255 registers, 32K per
@@ -337,7 +317,7 @@ def launch_config(d: int, emulated: bool) -> dict:
 
 
 def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
-            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None, key_flags=None):
+            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; v: Operand with `vals_t` [B, Hkv, D, S] (Vᵀ, K-major).
@@ -357,9 +337,6 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     itself, each program the rows it owns, and fills q.vals / q.scale with the bytes and scales of
     `quantize.quantize_fp8_per_token(q_raw)` for the backward; one read of Q instead of a pre-pass
     read and write and a second read (fp8 `qk` with per-token Q, i.e. safeguards on, only).
-    key_flags (`key_flags.KeyFlags`): the key-side pass that wrote k and v published them slice by slice; the
-    Gluon kernel's chained variant starts beside it (`overlaps_keys`). Any other kernel runs after it as
-    usual, and the counters are zeroed for the next call.
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
@@ -390,24 +367,12 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
-    config.pop("overlap_keys", None)  # the caller's choice, made by passing key_flags
-    config.pop("key_programs", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
-            _abandon(key_flags)
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
                                             q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
-        if pipe != 3:  # only the chained variant waits on the counters
-            _abandon(key_flags)
-            key_flags = None
-        try:
-            return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe,
-                                               stages=gluon_stages, q_raw=q_in if q_raw is not None else None,
-                                               key_flags=key_flags)
-        except BaseException:  # refused before its launch: the counters must not reach the next call
-            _abandon(key_flags)
-            raise
-    _abandon(key_flags)
+        return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
+                                           q_raw=q_in if q_raw is not None else None)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

@@ -257,47 +257,10 @@ if HAS_GLUON:
         return scale
 
     @gluon.jit
-    def _ptx(text: gl.constexpr):
-        """One PTX instruction with no operands and no value (`$0` is an unused dummy the builder requires)."""
-        gl.inline_asm_elementwise(text + " // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-    @gluon.jit
-    def _wait_for_keys(COUNT, bhk, need):
-        """Wait until the key-side pass has finished every item of K/V slice bhk (`key_flags`): its counter
-        polled with volatile loads and a pause, then read once with acquire semantics, then a proxy fence, since
-        the slice's bytes were written by ordinary stores and are read here by TMA (the async proxy). Polled
-        with acquire loads, each poll invalidated the SM's L1 (CCTL.IVALL in the SASS), which the pass's program
-        on the same SM reads its spills and its second read of a block from."""
-        seen = gl.load(COUNT + bhk, volatile=True)
-        while seen < need:
-            _ptx("nanosleep.u32 256;")
-            seen = gl.load(COUNT + bhk, volatile=True)
-        # the acquire read (its result used: unused, the compiler drops it); it sees the count complete
-        seen = gl.atomic_add(COUNT + bhk, 0, sem="acquire", scope="gpu")
-        while seen < need:
-            seen = gl.atomic_add(COUNT + bhk, 0, sem="acquire", scope="gpu")
-        _ptx("fence.proxy.async.global;")
-
-    @gluon.jit
-    def _release_keys(COUNT, slices, NW: gl.constexpr):
-        """Count this program as finished; the last one waits for the key-side grid to complete (so that this
-        grid's completion implies the pass's) and sets every counter back to zero for the next call."""
-        programs = gl.num_programs(0) * gl.num_programs(1)
-        done = gl.atomic_add(COUNT + slices, 1, sem="acq_rel", scope="gpu")
-        if done == programs - 1:
-            _ptx("griddepcontrol.wait;")
-            RL: gl.constexpr = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[NW],
-                                                order=[0])
-            offs = gl.arange(0, 32 * NW, layout=RL)
-            for i in range(0, slices + 1, 32 * NW):
-                gl.store(COUNT + i + offs, gl.zeros([32 * NW], gl.int32, RL), mask=i + offs <= slices)
-
-    @gluon.jit
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
-                          O8, OS, LSE2, MOFF, COUNT, qk_scale, S, G, slices, D: gl.constexpr, BLOCK: gl.constexpr,
-                          BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr,
-                          TINY: gl.constexpr, PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          WAIT_KEYS: gl.constexpr):
+                          O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+                          STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -324,8 +287,6 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
-        if WAIT_KEYS:  # K and V come from a pass that may still run (`key_flags`): read them once this slice's are in
-            _wait_for_keys(COUNT, bhk, 2 * (S // BLOCK))
 
         if not FUSE_Q:
             mbarrier.expect(q_bar, q_desc.block_type.nbytes)
@@ -476,8 +437,6 @@ if HAS_GLUON:
                     gl.store(O8 + rows, v.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
                 else:
                     gl.store(O8 + rows, _e4m3_bytes(v))
-        if WAIT_KEYS:
-            _release_keys(COUNT, slices, NW)
 
 
 # launched through `relaunch.Relaunch`: Triton's launch path once per plan, the compiled launcher after that
@@ -525,15 +484,12 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, key_flags=None):
+            q_raw: torch.Tensor | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
-    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales.
-    key_flags (`key_flags.KeyFlags`, published by the key-side pass just launched): the kernel is launched as
-    that pass's programmatic dependent and each program waits for its K/V slice's counter (the chained
-    variant, pipe 3, only)."""
+    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     stages = default_stages(pipe) if stages is None else stages
@@ -541,10 +497,6 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    wait_keys = key_flags is not None and key_flags.published
-    if wait_keys and (pipe != 3 or key_flags.slices != b * hkv):
-        raise ValueError(f"gluon forward: key flags for {key_flags.slices} K/V slices need the chained variant "
-                         f"(pipe 3) and B·Hkv = {b * hkv} slices; got pipe={pipe}")
     o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     # the row statistics (and O's fp8 copy) live and die together (saved for the backward, or dropped): one
     # allocation (`buffers.carve`)
@@ -559,11 +511,10 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         (seq // BM, b * hq),
         (*descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
-         v.off.scale, o, o8, o_scale, lse2, moff, key_flags.counts if wait_keys else lse2,
-         sm_scale * 1.4426950408889634, seq, hq // hkv, b * hkv),
+         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, WAIT_KEYS=wait_keys),
-        dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if wait_keys else {})),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
+        dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -216,15 +216,13 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
-                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True, key_flags=None):
+                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
     attention). Safeguards off: token-block scales everywhere (leaky). mx_parts: mxfp8 Q and K
     also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ.
-    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None.
-    key_flags (`key_flags.KeyFlags`): K's and Vᵀ's one-launch pass publishes its slices there, for a forward that
-    starts beside it (`attention_fwd.overlaps_keys`); other passes leave it unpublished."""
+    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None."""
     leak = None if safeguards else block
     if mx_parts and spec.qk == "mxfp8":
         return ForwardOperands(
@@ -235,7 +233,7 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     q_op = quantize_operand(q, spec.qk, impl, leak) if quantize_q else None
     if (off_diagonal and v_transposed and leak is None and spec.qk == spec.pv == "fp8" and impl is not F
             and k.shape == v.shape):  # K's and Vᵀ's passes in one launch
-        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block, flags=key_flags)
+        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block)
         return ForwardOperands(q_op, _key_side_operand(*k_parts, block, False),
                                _key_side_operand(*v_parts, block, True))
     return ForwardOperands(

@@ -380,134 +380,6 @@ if HAS_TRITON:
             _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
                               True)
 
-    # Inline PTX the interpreter cannot run: the grid-dependency trigger and the proxy fence of the flagged pass
-    _PTX = tl.constexpr(not INTERPRET)
-
-    @triton.jit
-    def _e4m3_round_trip(v, no_nan):
-        """The values `_store_e4m3` / `_store_e4m3_pairs` return for v (its E4M3 bytes decoded, signed), without
-        storing: the same branches, so the same bits."""
-        if _HW_FP8 and no_nan:
-            value = v.to(tl.float8e4nv).to(tl.float32)
-        else:
-            value = _e4m3_value(_e4m3_code(v))
-        return value
-
-    @triton.jit
-    def _all_max(x):
-        """The largest element of a 1- to 4-D tile, axis by axis (no reshape: it would move values between
-        threads)."""
-        if len(x.shape) == 4:
-            x = tl.max(x, axis=3)
-        if len(x.shape) == 3:
-            x = tl.max(x, axis=2)
-        if len(x.shape) == 2:
-            x = tl.max(x, axis=1)
-        return tl.max(x, axis=0)
-
-    @triton.jit
-    def _key_side_chunk(X, bh, first, S, D, TINY: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
-                        TRANSPOSED: tl.constexpr):
-        """CHUNK tokens of a key-side block from x: (x, per-token scale, its amax bits). TRANSPOSED: as
-        `_key_side_token_pairs` reads them, [CHUNK/2, D/2, 2 (d half), 2 (token)], the scale [CHUNK/2, 1, 1, 2];
-        else [CHUNK, D] and [CHUNK, 1]."""
-        if TRANSPOSED:
-            HALF: tl.constexpr = BLOCK_D // 2
-            rows = first + 2 * tl.arange(0, CHUNK // 2)
-            dl = tl.arange(0, HALF)
-            src = X + bh * S * D + rows[:, None] * D + dl[None, :]
-            m_lo, m_hi = dl[None, :] < D, dl[None, :] + HALF < D
-            x = tl.join(
-                tl.join(tl.load(src, mask=m_lo, other=0.0), tl.load(src + HALF, mask=m_hi, other=0.0)),
-                tl.join(tl.load(src + D, mask=m_lo, other=0.0), tl.load(src + D + HALF, mask=m_hi, other=0.0)),
-            ).to(tl.float32)
-            amax_bits = tl.max(tl.max(_abs_bits(x), axis=2), axis=1)  # (CHUNK/2, 2): per token
-            return x, _fp8_scale(amax_bits, TINY)[:, None, None, :], amax_bits
-        else:
-            offs_s = first + tl.arange(0, CHUNK)
-            offs_d = tl.arange(0, BLOCK_D)
-            x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=offs_d[None, :] < D,
-                        other=0.0).to(tl.float32)
-            amax_bits = tl.max(_abs_bits(x), axis=1)
-            return x, _fp8_scale(amax_bits, TINY)[:, None], amax_bits
-
-    @triton.jit
-    def _key_side_chunked(
-        X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
-        CHUNK: tl.constexpr,
-    ):
-        """`_key_side_program`'s bytes and scales, CHUNK tokens at a time: the whole 128 × 128 block held in
-        registers takes the plain program to 255 registers with spills at 8 warps (sm_90), and the flagged pass
-        must fit beside two forward programs. The token-block copy needs the block's amax before its first
-        byte, so the block is read twice: first the per-token bytes and scales and the block's amax, then,
-        from the cache, each chunk's per-token values again (the same operations on the same bits) divided
-        by the block's scale. Vᵀ (TRANSPOSED) goes two tokens to an int16 as in `_key_side_token_pairs`."""
-        base = pid_s * BLOCK_S
-        bamax_bits = tl.zeros((), tl.int32)
-        for c in range(BLOCK_S // CHUNK):
-            x, scale, amax_bits = _key_side_chunk(X, bh, base + c * CHUNK, S, D, TINY, CHUNK, BLOCK_D, TRANSPOSED)
-            row_finite = _all_max(amax_bits) < _INF_BITS
-            if TRANSPOSED:
-                rows = base + c * CHUNK + 2 * tl.arange(0, CHUNK // 2)
-                tl.store(Scale + bh * S + rows[:, None] + tl.arange(0, 2)[None, :], tl.reshape(scale, (CHUNK // 2, 2)))
-                d = tl.arange(0, 2)[:, None, None] * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)[None, :, None]
-                pairs = (X8 + bh * S * D + d * S + base + c * CHUNK).to(tl.pointer_type(tl.int16))
-                xt = _store_e4m3_pairs(pairs + tl.arange(0, CHUNK // 2)[None, None, :], d < D,
-                                       _div_by_shared(x, scale), row_finite)
-            else:
-                offs_s = base + c * CHUNK + tl.arange(0, CHUNK)
-                offs_d = tl.arange(0, BLOCK_D)
-                tl.store(Scale + bh * S + offs_s, tl.reshape(scale, (CHUNK,)))
-                xt = _store_e4m3(X8, bh * S * D + offs_s[:, None] * D + offs_d[None, :], offs_d[None, :] < D,
-                                 _div_by_shared(x, scale), row_finite, False)
-            bamax_bits = tl.maximum(bamax_bits, _all_max(_abs_bits(xt * scale)))
-        bscale = _fp8_scale(bamax_bits, TINY)
-        tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
-        for c in range(BLOCK_S // CHUNK):
-            x, scale, amax_bits = _key_side_chunk(X, bh, base + c * CHUNK, S, D, TINY, CHUNK, BLOCK_D, TRANSPOSED)
-            row_finite = _all_max(amax_bits) < _INF_BITS
-            xt = _e4m3_round_trip(_div_by_shared(x, scale), row_finite) * scale  # the per-token values, exactly
-            if TRANSPOSED:
-                d = tl.arange(0, 2)[:, None, None] * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)[None, :, None]
-                pairs = (XB8 + bh * S * D + d * S + base + c * CHUNK).to(tl.pointer_type(tl.int16))
-                _store_e4m3_pairs(pairs + tl.arange(0, CHUNK // 2)[None, None, :], d < D, _div_by_shared(xt, bscale),
-                                  bamax_bits < _INF_BITS)
-            else:
-                offs_s = base + c * CHUNK + tl.arange(0, CHUNK)
-                offs_d = tl.arange(0, BLOCK_D)
-                _store_e4m3(XB8, bh * S * D + offs_s[:, None] * D + offs_d[None, :], offs_d[None, :] < D,
-                            _div_by_shared(xt, bscale), bamax_bits < _INF_BITS, False)
-
-    @triton.jit
-    def _fp8_key_sides_flagged_kernel(
-        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, Count, S, D, n_items,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
-    ):
-        """`_fp8_key_sides_kernel`'s programs on a persistent grid that publishes each slice as it finishes
-        (`quantize_fp8_key_sides(flags=...)`): program p takes items p, p + grid, ... in slice order (item i:
-        slice i // (2·S/BLOCK_S), K's block for even i % (2·S/BLOCK_S), V's for odd; `_key_side_chunked`: the
-        plain pass's bytes), then adds one to Count[slice]. The attention forward, launched as this grid's
-        programmatic dependent, starts a slice's programs once its count is 2·S/BLOCK_S."""
-        if _PTX:  # the dependent grid may launch once every program here has started (all are resident)
-            tl.extra.cuda.gdc_launch_dependents()
-        per_slice = 2 * (S // BLOCK_S)
-        for item in range(tl.program_id(0), n_items, tl.num_programs(0)):
-            bh = (item // per_slice).to(tl.int64)
-            r = item % per_slice  # K's block r // 2 for even r, V's for odd: the two alternate as in the plain pass
-            if r % 2 == 0:
-                _key_side_chunked(K, K8, KScale, KB8, KBScale, S, D, bh, r // 2, TINY, BLOCK_S, BLOCK_D, False, CHUNK)
-            else:
-                _key_side_chunked(V, V8, VScale, VB8, VBScale, S, D, bh, r // 2, TINY, BLOCK_S, BLOCK_D, True, CHUNK)
-            # Every thread's stores of the item precede the one thread's release (a CTA barrier, then a
-            # release at GPU scope, which carries what the barrier ordered before it). The forward reads
-            # the bytes by TMA (the async proxy): the proxy fence orders these generic-proxy stores for it.
-            tl.debug_barrier()
-            if _PTX:
-                tl.inline_asm_elementwise("fence.proxy.async.global; // $0", "=r", [], dtype=tl.int32,
-                                          is_pure=False, pack=1)
-            tl.atomic_add(Count + bh, 1, sem="release", scope="gpu")
-
     @triton.jit
     def _fp8_tokens_delta_kernel(
         X, X8, X8T, Scale, O8, OScale, Delta, S, D,
@@ -865,41 +737,12 @@ def _key_sides_outputs(k: torch.Tensor, block: int):
 _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
 
 
-def _shared_memory_first(compiled) -> None:
-    """Ask the driver for an SM's largest shared-memory carveout whenever the flagged pass runs. Its programs need
-    4 KB, so the driver may configure their SMs for a large L1 instead; an SM runs programs of one carveout at a
-    time, so the forward's programs (74 KB each, three an SM) could then start on an SM only once its pass
-    program had left. On the H200, without this, the forward began ~0.5 ms into a 0.64 ms pass
-    (session21_keys2.sh)."""
-    import ctypes
-
-    carveout_attribute, max_shared_percent = 9, 100  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-    err = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(compiled.function), carveout_attribute,
-                                                         max_shared_percent)
-    if err:
-        raise RuntimeError(f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT, 100) failed: CUresult {err}")
-
-
-# the same pass on a persistent grid that publishes each slice (`key_flags`)
-_KEY_SIDES_FLAGGED_LAUNCH = (
-    Relaunch(_fp8_key_sides_flagged_kernel, prepare=None if INTERPRET else _shared_memory_first) if HAS_TRITON
-    else None)
-# the flagged pass's launch: 8 warps as the plain one, and at most 88 registers a thread, so that one of its programs
-# (8 × 32 × 88 = 22,528) fits beside two of the Gluon forward's (2 × 128 × 168 = 43,008) in an SM's 65,536
-FLAGGED_WARPS = 8
-FLAGGED_MAXNREG = 88
-FLAGGED_CHUNK = 32  # tokens a step (`_key_side_chunked`)
-
-
-def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None, flags=None):
+def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None):
     """`quantize_fp8_key_side(k, block)` and `quantize_fp8_key_side(v, block, transposed=True)` in one
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
     (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
-    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}.
-    flags (`key_flags.KeyFlags`, B·Hkv slices): the same programs on a persistent grid of `flags.programs`,
-    each slice's counter raised as its items finish, for a forward launched as this pass's programmatic
-    dependent; `flags.published` is set when that pass ran (on the Triton path only)."""
+    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     launch = _check_launch(launch, ("num_warps",))
@@ -909,23 +752,6 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
     (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs = _key_sides_outputs(k, block)
-    if flags is not None:
-        if flags.slices != bh or flags.counts.numel() < bh + 1:
-            raise ValueError(f"quantize_fp8_key_sides: flags for {flags.slices} slices and {flags.counts.numel()} "
-                             f"counters, K has {bh} slices (B·Hkv) and needs {bh + 1}")
-        items = 2 * bh * (seq // block)
-        options = dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else FLAGGED_WARPS))
-        if not INTERPRET:
-            options["maxnreg"] = FLAGGED_MAXNREG
-        _KEY_SIDES_FLAGGED_LAUNCH(
-            (min(flags.programs, items),),
-            (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs,
-             vb8.view(torch.uint8), vbs, flags.counts, seq, dim, items),
-            dict(TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), CHUNK=min(FLAGGED_CHUNK, block)),
-            options,
-        )
-        flags.published = True
-        return k_outs, v_outs
     _KEY_SIDES_LAUNCH(
         (2 * bh, seq // block),
         (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),

@@ -50,11 +50,8 @@ def _arg_key(arg):
 class Relaunch:
     """Launches of one kernel, each plan's `CompiledKernel` kept (module docstring)."""
 
-    def __init__(self, kernel, prepare=None):
-        """prepare: called with each plan's `CompiledKernel` (loaded) once, before its first launch (a function
-        attribute, say); that plan is then compiled by `warmup` and every launch goes direct."""
+    def __init__(self, kernel):
         self.kernel = kernel
-        self.prepare = prepare
         self._plans: dict = {}
 
     def __call__(self, grid: tuple[int, ...], args: tuple, constexprs: dict, options: dict | None = None) -> None:
@@ -66,15 +63,10 @@ class Relaunch:
         key = (device, tuple(_arg_key(a) for a in args), tuple((n, type(v), v) for n, v in constexprs.items()),
                tuple(options.items()))
         plan = self._plans.get(key)
-        if plan is None and self.prepare is None:
+        if plan is None:
             compiled = self.kernel[grid](*args, **constexprs, **options)
             self._plans[key] = (compiled, self._tail(len(args), constexprs))
             return
-        if plan is None:
-            compiled = self.kernel.warmup(*args, grid=grid, **constexprs, **options)
-            compiled._init_handles()  # the module and function, loaded as the first launch would
-            self.prepare(compiled)
-            plan = self._plans[key] = (compiled, self._tail(len(args), constexprs))
         compiled, tail = plan
         full = (*args, *(constexprs[name] if name in constexprs else default for name, default in tail))
         stream = driver.active.get_current_stream(device)

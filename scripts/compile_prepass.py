@@ -44,12 +44,6 @@ def variants(qz):
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
             "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "D": "i32"},
            {**fp8, "BLOCK_S": 128}, 8)
-    # the same pass on a persistent grid, publishing each slice for the forward beside it (key_flags), at its launch's
-    # warps; the register cap (FLAGGED_MAXNREG) is the launch's, not the compile's
-    yield ("key sides flagged (persistent grid)", qz._fp8_key_sides_flagged_kernel,
-           {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
-            "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "Count": "*i32", "S": "i32", "D": "i32",
-            "n_items": "i32"}, {**fp8, "BLOCK_S": 128, "CHUNK": qz.FLAGGED_CHUNK}, qz.FLAGGED_WARPS)
     # the backward's `pre` copies of K and V (attention_bwd_copies); K_REQ / V_REQ re-quantize K's token-block
     # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies

@@ -232,13 +232,10 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
         label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
-    # the chained variant reads K and V while the key-side pass runs (`key_flags`) where that is the launch
-    wait_keys = pipe == 3 and cfg.get("overlap_keys", True)
-    ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs,
-                         kinds[:-3] + ["*i32"] + kinds[-3:] + ["i32"], {**consts, "WAIT_KEYS": wait_keys},
+    ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,
                          {"num_warps": G.BM // 16, **G._registers(pipe)})
     label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
-             + ("" if fuse_q else ":qpass") + ("" if wait_keys or pipe != 3 else ":nokeys"))
+             + ("" if fuse_q else ":qpass"))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 

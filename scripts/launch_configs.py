@@ -16,9 +16,7 @@ imports them when it runs).
                previous P·V or nothing in flight during the softmax; :ws the warp-specialized kernel
                (attention_fwd_ws: a TMA producer warp, two consumer warpgroups of 64 rows), :pp / :nopp with or
                without (its default) the ping-pong between the consumers, :ws2 / :ws4 its ring at 2 / 4 stages
-               (default 3); :keys (the chained variant's default) / :nokeys the forward started beside its
-               key-side pass, each program waiting for its K/V slice (key_flags), or after it; :kp66 / :kp264
-               the pass on 66 / 264 programs (default: one per SM)
+               (default 3)
       :atomic / :kernel   backward: dQ summed atomically in the dK/dV kernel, or its own kernel
       :half    backward: dK/dV programs of 64 keys (bn = 64)
       :pre     backward: read the per-row copies of Q, K and V (pre; fp8 operands)
@@ -44,8 +42,6 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
-          "keys": ("overlap_keys", True), "nokeys": ("overlap_keys", False), "kp66": ("key_programs", 66),
-          "kp264": ("key_programs", 264),
           "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64),
           "gluondq32": ("gluon_dq", 32), "fp8dk": ("fp8_dk", True), "fp8dq": ("fp8_dq", True),
           "dqserial": ("dq_stream", None), "dqside": ("dq_stream", "same"), "dqhigh": ("dq_stream", "high"),

@@ -727,7 +727,7 @@ def test_gpu_relaunched_kernels_match_triton_s_launches():
         quantize,
     )
 
-    launches = [quantize._KEY_SIDES_FLAGGED_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
+    launches = [quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
                 attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_bwd_copies._KEY_COPIES_LAUNCH,
                 attention_dkdv_ws._LAUNCH, attention_bwd_gluon._DQ_LAUNCH]
     fp8 = lambda q, k, v: flamia_attention(q, k, v, "fp8")  # noqa: E731
@@ -743,59 +743,3 @@ def test_gpu_relaunched_kernels_match_triton_s_launches():
     same = [torch.equal(a, b) for a, b in zip(direct, through_triton, strict=True)]
     print(f"\nrelaunched vs Triton's launches: bit-identical O, dQ, dK, dV {same}, plans {plans}")
     assert all(same) and all(t.abs().sum() > 0 for t in direct)
-
-
-@pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 8192)])
-def test_gpu_forward_beside_its_key_pass_is_bit_identical(shape, monkeypatch):
-    """The fast path's forward starts beside its key-side pass (`key_flags`, launch option overlap_keys): O (without
-    and with gradients), the saved bytes' gradients and the pass's counters. The forward is the pass's programmatic
-    dependent and each program waits for its K/V slice, so every output equals the forward launched after the pass;
-    the forward's last program leaves every counter at zero, call after call (a stale count would let the next
-    call's programs read K and V before they are written)."""
-    from flamia_kernels import attention_fwd, attention_fwd_gluon, key_flags, quantize
-
-    b, hq, hkv, s = shape
-    q, k, v, do = _inputs(b, hq, hkv, s, 128, seed=61)
-    fwd = attention_fwd.launch_config
-
-    def run(overlap: bool):
-        monkeypatch.setattr(attention_fwd, "launch_config",
-                            lambda d, emulated: {**fwd(d, emulated), "overlap_keys": overlap})
-        with torch.no_grad():
-            o = flamia_attention(q, k, v, "fp8")
-        return (o, *_grads(lambda a, b_, c: flamia_attention(a, b_, c, "fp8"), q, k, v, do))
-
-    want = run(False)
-    passes = _spy(monkeypatch, quantize, "_KEY_SIDES_FLAGGED_LAUNCH")
-    kernels = _spy(monkeypatch, attention_fwd_gluon, "_FWD_LAUNCH")
-    got = [run(True) for _ in range(3)]
-    assert len(passes) == 6 and len(kernels) == 6, (passes, kernels)
-    counts = key_flags._BUFFERS[(torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream)]
-    torch.cuda.synchronize()
-    same = [[torch.equal(a, b_) for a, b_ in zip(g, want, strict=True)] for g in got]
-    print(f"\nforward beside its key pass {shape}: bit-identical (O no_grad, O, dQ, dK, dV) x3 {same}, "
-          f"counters left {int(counts.abs().sum())}")
-    assert all(all(row) for row in same) and int(counts.abs().sum()) == 0, same
-
-
-def test_gpu_flagged_key_pass_matches_the_plain_pass():
-    """The flagged key-side pass (`quantize.quantize_fp8_key_sides(flags=...)`: persistent grid, chunked programs)
-    writes the plain pass's bytes and scales with the GPU's conversions (NaN, ±Inf and all-zero rows included) and
-    counts every item of each slice once (its release atomic is one thread's, not one per thread)."""
-    from flamia_kernels import quantize
-    from flamia_kernels.key_flags import KeyFlags
-
-    gen = torch.Generator(device="cuda").manual_seed(67)
-    k = (torch.randn(2, 3, 1024, 128, device="cuda", generator=gen) * 5).to(torch.bfloat16)
-    v = torch.randn(2, 3, 1024, 128, device="cuda", generator=gen).to(torch.bfloat16)
-    k[0, 1, 5, 7], k[1, 0, 700, 3], v[1, 2, 200, 3], v[0, 0, 130] = float("inf"), float("-inf"), float("nan"), 0.0
-    want = quantize.quantize_fp8_key_sides(k, v, 128)
-    for programs in (5, 132):
-        flags = KeyFlags(torch.zeros(7, dtype=torch.int32, device="cuda"), 6, programs)
-        got = quantize.quantize_fp8_key_sides(k, v, 128, flags=flags)
-        bits = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)  # noqa: E731
-        same = [torch.equal(bits(a), bits(b_)) for pa, pb in zip(got, want, strict=True)
-                for a, b_ in zip(pa, pb, strict=True)]
-        print(f"\nflagged key pass on {programs} programs: bit-identical {same}, counts {flags.counts.tolist()}")
-        assert all(same) and flags.published, same
-        assert flags.counts.tolist() == [16] * 6 + [0], flags.counts.tolist()
