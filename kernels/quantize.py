@@ -365,125 +365,20 @@ if HAS_TRITON:
                           BLOCK_S, BLOCK_D, TRANSPOSED)
 
     @triton.jit
-    def _e4m3_round_trip(v, no_nan):
-        """The values `_store_e4m3` / `_store_e4m3_pairs` return for v (its E4M3 bytes decoded, signed), without
-        storing: the same branches, so the same bits."""
-        if _HW_FP8 and no_nan:
-            value = v.to(tl.float8e4nv).to(tl.float32)
-        else:
-            value = _e4m3_value(_e4m3_code(v))
-        return value
-
-    @triton.jit
-    def _all_max(x):
-        """The largest element of a 1- to 4-D tile, axis by axis (no reshape: it would move values between
-        threads)."""
-        if len(x.shape) == 4:
-            x = tl.max(x, axis=3)
-        if len(x.shape) == 3:
-            x = tl.max(x, axis=2)
-        if len(x.shape) == 2:
-            x = tl.max(x, axis=1)
-        return tl.max(x, axis=0)
-
-    @triton.jit
-    def _key_side_chunk(X, bh, first, S, D, TINY: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr,
-                        TRANSPOSED: tl.constexpr):
-        """CHUNK tokens of a key-side block from x: (x, per-token scale, its amax bits). TRANSPOSED: as
-        `_key_side_token_pairs` reads them, [CHUNK/2, D/2, 2 (d half), 2 (token)], the scale [CHUNK/2, 1, 1, 2];
-        else [CHUNK, D] and [CHUNK, 1]."""
-        if TRANSPOSED:
-            HALF: tl.constexpr = BLOCK_D // 2
-            rows = first + 2 * tl.arange(0, CHUNK // 2)
-            dl = tl.arange(0, HALF)
-            src = X + bh * S * D + rows[:, None] * D + dl[None, :]
-            m_lo, m_hi = dl[None, :] < D, dl[None, :] + HALF < D
-            x = tl.join(
-                tl.join(tl.load(src, mask=m_lo, other=0.0), tl.load(src + HALF, mask=m_hi, other=0.0)),
-                tl.join(tl.load(src + D, mask=m_lo, other=0.0), tl.load(src + D + HALF, mask=m_hi, other=0.0)),
-            ).to(tl.float32)
-            amax_bits = tl.max(tl.max(_abs_bits(x), axis=2), axis=1)  # (CHUNK/2, 2): per token
-            return x, _fp8_scale(amax_bits, TINY)[:, None, None, :], amax_bits
-        else:
-            offs_s = first + tl.arange(0, CHUNK)
-            offs_d = tl.arange(0, BLOCK_D)
-            x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=offs_d[None, :] < D,
-                        other=0.0).to(tl.float32)
-            amax_bits = tl.max(_abs_bits(x), axis=1)
-            return x, _fp8_scale(amax_bits, TINY)[:, None], amax_bits
-
-    @triton.jit
-    def _key_side_chunked(
-        X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
-        CHUNK: tl.constexpr,
-    ):
-        """`_key_side_program`'s bytes and scales, CHUNK tokens at a time: the whole 128 × 128 block held in
-        registers takes the plain program to 255 registers with spills at 8 warps (sm_90), and the flagged pass
-        must fit beside two forward programs. The token-block copy needs the block's amax before its first
-        byte, so the block is read twice: first the per-token bytes and scales and the block's amax, then,
-        from the cache, each chunk's per-token values again (the same operations on the same bits) divided
-        by the block's scale. Vᵀ (TRANSPOSED) goes two tokens to an int16 as in `_key_side_token_pairs`."""
-        base = pid_s * BLOCK_S
-        bamax_bits = tl.zeros((), tl.int32)
-        for c in range(BLOCK_S // CHUNK):
-            x, scale, amax_bits = _key_side_chunk(X, bh, base + c * CHUNK, S, D, TINY, CHUNK, BLOCK_D, TRANSPOSED)
-            row_finite = _all_max(amax_bits) < _INF_BITS
-            if TRANSPOSED:
-                rows = base + c * CHUNK + 2 * tl.arange(0, CHUNK // 2)
-                tl.store(Scale + bh * S + rows[:, None] + tl.arange(0, 2)[None, :], tl.reshape(scale, (CHUNK // 2, 2)))
-                d = tl.arange(0, 2)[:, None, None] * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)[None, :, None]
-                pairs = (X8 + bh * S * D + d * S + base + c * CHUNK).to(tl.pointer_type(tl.int16))
-                xt = _store_e4m3_pairs(pairs + tl.arange(0, CHUNK // 2)[None, None, :], d < D,
-                                       _div_by_shared(x, scale), row_finite)
-            else:
-                offs_s = base + c * CHUNK + tl.arange(0, CHUNK)
-                offs_d = tl.arange(0, BLOCK_D)
-                tl.store(Scale + bh * S + offs_s, tl.reshape(scale, (CHUNK,)))
-                xt = _store_e4m3(X8, bh * S * D + offs_s[:, None] * D + offs_d[None, :], offs_d[None, :] < D,
-                                 _div_by_shared(x, scale), row_finite, False)
-            bamax_bits = tl.maximum(bamax_bits, _all_max(_abs_bits(xt * scale)))
-        bscale = _fp8_scale(bamax_bits, TINY)
-        tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
-        for c in range(BLOCK_S // CHUNK):
-            x, scale, amax_bits = _key_side_chunk(X, bh, base + c * CHUNK, S, D, TINY, CHUNK, BLOCK_D, TRANSPOSED)
-            row_finite = _all_max(amax_bits) < _INF_BITS
-            xt = _e4m3_round_trip(_div_by_shared(x, scale), row_finite) * scale  # the per-token values, exactly
-            if TRANSPOSED:
-                d = tl.arange(0, 2)[:, None, None] * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)[None, :, None]
-                pairs = (XB8 + bh * S * D + d * S + base + c * CHUNK).to(tl.pointer_type(tl.int16))
-                _store_e4m3_pairs(pairs + tl.arange(0, CHUNK // 2)[None, None, :], d < D, _div_by_shared(xt, bscale),
-                                  bamax_bits < _INF_BITS)
-            else:
-                offs_s = base + c * CHUNK + tl.arange(0, CHUNK)
-                offs_d = tl.arange(0, BLOCK_D)
-                _store_e4m3(XB8, bh * S * D + offs_s[:, None] * D + offs_d[None, :], offs_d[None, :] < D,
-                            _div_by_shared(xt, bscale), bamax_bits < _INF_BITS, False)
-
-    @triton.jit
     def _fp8_key_sides_kernel(
         K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
-        axis0 // 2, odd ones V's, so the two run side by side and share one tail. CHUNK 0: each block in
-        registers at once (`_key_side_program`); else CHUNK tokens at a time (`_key_side_chunked`)."""
+        axis0 // 2, odd ones V's, so the two run side by side and share one tail."""
         pid = tl.program_id(0)
         bh = (pid // 2).to(tl.int64)
-        if CHUNK == 0:
-            if pid % 2 == 0:
-                _key_side_program(K, K8, KScale, KB8, KBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                                  False)
-            else:
-                _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                                  True)
+        if pid % 2 == 0:
+            _key_side_program(K, K8, KScale, KB8, KBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
+                              False)
         else:
-            if pid % 2 == 0:
-                _key_side_chunked(K, K8, KScale, KB8, KBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                                  False, CHUNK)
-            else:
-                _key_side_chunked(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                                  True, CHUNK)
+            _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
+                              True)
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
@@ -838,19 +733,6 @@ def _key_sides_outputs(k: torch.Tensor, block: int):
     return (k8, ks, kb8, kbs), (v8, vs, vb8, vbs)
 
 
-# tokens a step of the key-side pass's programs: 0 the whole block at once (`_fp8_key_sides_kernel`), and its warps
-KEY_SIDES_CHUNK = 0
-KEY_SIDES_WARPS = 8
-
-
-def _key_sides_chunk(chunk: int, block: int) -> int:
-    """The CHUNK constexpr of `_fp8_key_sides_kernel`: 0, or a power of two from 2 up to the block."""
-    if chunk and not (_is_pow2(chunk) and 2 <= chunk <= block):
-        raise ValueError(f"key-side pass chunk={chunk}: allowed 0 (the whole block) or a power of two from 2 to "
-                         f"the block, {block}")
-    return chunk
-
-
 # the attention forward's first launch: `relaunch.Relaunch` (Triton's launch path once per plan)
 _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
 
@@ -860,11 +742,10 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
     (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
-    scripts/bench_prepass.py at a3dd5a5). launch: benchmark overrides {"num_warps", "chunk"} (tokens a step:
-    0, the default `KEY_SIDES_CHUNK`, the whole block; the same bytes)."""
+    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
-    launch = _check_launch(launch, ("num_warps", "chunk"))
+    launch = _check_launch(launch, ("num_warps",))
     seq, dim = k.shape[-2], k.shape[-1]
     if not (can_run_triton(k) and _is_pow2(block)) or seq % block or k.dim() < 2 or not k.numel():
         return quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
@@ -875,11 +756,10 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
         (2 * bh, seq // block),
         (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
          vbs, seq, dim),
-        dict(TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim),
-             CHUNK=_key_sides_chunk(launch.get("chunk", KEY_SIDES_CHUNK), block)),
+        dict(TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim)),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
-        dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else KEY_SIDES_WARPS)),
+        dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),
     )
     return k_outs, v_outs
 

@@ -43,10 +43,7 @@ VARIANTS = {
     # the key side's default is 16 warps since session 6 (8 before: 0.263 / 0.283 ms at 8k)
     "k key side": [None, {"num_warps": 8}, {"num_warps": 32}],
     "v key side (Vᵀ)": [None, {"num_warps": 8}, {"num_warps": 32}],
-    # chunk: each program's block CHUNK tokens at a time (`quantize._key_side_chunked`), fewer registers a thread
-    "k and v key sides, one launch": [None, {"num_warps": 4}, {"num_warps": 16}, {"chunk": 32}, {"chunk": 64},
-                                      {"chunk": 32, "num_warps": 4}, {"chunk": 32, "num_warps": 16},
-                                      {"chunk": 64, "num_warps": 16}, {"chunk": 16, "num_warps": 4}],
+    "k and v key sides, one launch": [None, {"num_warps": 4}, {"num_warps": 16}],
 }
 
 
