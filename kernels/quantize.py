@@ -336,17 +336,21 @@ if HAS_TRITON:
         if TRANSPOSED and BLOCK_S >= 2 and BLOCK_D >= 2:  # Vᵀ two tokens at a time; else byte by byte
             _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D)
         else:
-            offs_s = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
+            # the block's base as one scalar offset, the tile's in int32 (< BLOCK_S·D): 64-bit offsets per element
+            # took the K program to 128 registers and 536 B of spills at 16 warps (sm_90)
+            base = bh * S * D + pid_s * BLOCK_S * D
+            rows = tl.arange(0, BLOCK_S)
+            offs_s = pid_s * BLOCK_S + rows
             offs_d = tl.arange(0, BLOCK_D)
             mask = offs_d[None, :] < D
-            x = tl.load(X + bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(X + base + (rows[:, None] * D + offs_d[None, :]), mask=mask, other=0.0).to(tl.float32)
             amax_bits = tl.max(_abs_bits(x), axis=1)  # (BLOCK_S,)
             scale = _fp8_scale(amax_bits, TINY)
             tl.store(Scale + bh * S + offs_s, scale)
             if TRANSPOSED:
                 offs, out_mask = bh * S * D + offs_d[:, None] * S + offs_s[None, :], offs_d[:, None] < D
             else:
-                offs, out_mask = bh * S * D + offs_s[:, None] * D + offs_d[None, :], mask
+                offs, out_mask = base + (rows[:, None] * D + offs_d[None, :]), mask
             row_finite = tl.max(amax_bits, axis=0) < _INF_BITS  # then no quotient x / scale is NaN
             xt = _store_e4m3(X8, offs, out_mask, _div_by_shared(x, scale[:, None]), row_finite, TRANSPOSED)
             xt = xt * scale[:, None]  # the per-token values, exactly
@@ -357,7 +361,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_key_side_kernel(
-        X, X8, Scale, XB8, BScale, S, D,
+        X, X8, Scale, XB8, BScale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
     ):
         """One program: one token block of one slice (`_key_side_program`)."""
@@ -366,7 +370,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_key_sides_kernel(
-        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D,
+        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
@@ -382,7 +386,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
-        X, X8, X8T, Scale, O8, OScale, Delta, S, D,
+        X, X8, X8T, Scale, O8, OScale, Delta, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_T: tl.constexpr = False,
     ):
         """One program: BLOCK_S tokens of dO; per-token fp8 bytes and scales of dO, and the backward's
@@ -696,8 +700,8 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
     if x.numel():
         block_d = triton.next_power_of_2(dim)
         _fp8_key_side_kernel[(bh, seq // block)](
-            x, x8.view(torch.uint8), scale, xb8.view(torch.uint8), bscale, seq, dim,
-            TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
+            x, x8.view(torch.uint8), scale, xb8.view(torch.uint8), bscale, seq,
+            D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
             # 16 warps on the GPU: the pass is bound by its per-element instructions, which more threads
             # per tile spread (scripts/bench_prepass.py, H200, S = 8k, B×H = 64: K 0.263 -> 0.206 ms, Vᵀ
             # 0.283 -> 0.228 ms against 8 warps with two div_rn per element; with `_div_by_shared` K
@@ -755,8 +759,10 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     _KEY_SIDES_LAUNCH(
         (2 * bh, seq // block),
         (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
-         vbs, seq, dim),
-        dict(TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim)),
+         vbs, seq),
+        # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a
+        # run-time value each thread moved one element per instruction)
+        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim)),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),
@@ -799,8 +805,9 @@ def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale
         _TOKENS_DELTA_LAUNCH(
             (bh, triton.cdiv(seq, block_s)),
             (x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, o8.contiguous().view(torch.uint8),
-             o_scale.float().contiguous(), delta, seq, dim),
-            dict(TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d, WRITE_T=transposed),
+             o_scale.float().contiguous(), delta, seq),
+            # D a constexpr, as the key-side pass's: the masks fold away at D = BLOCK_D, loads and stores are vectors
+            dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d, WRITE_T=transposed),
             dict(num_warps=_num_warps(block_s * block_d)),
         )
     return (x8, scale, delta, x8t) if transposed else (x8, scale, delta)

@@ -35,15 +35,15 @@ def variants(qz):
                {**fp8, "BLOCK_S": 128 if per_block else 32, "PER_BLOCK": per_block, "WRITE_T": write_t}, 4)
     for transposed in (False, True):
         yield (f"key side transposed={transposed}", qz._fp8_key_side_kernel,
-               {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "XB8": "*u8", "BScale": "*fp32", "S": "i32", "D": "i32"},
-               {**fp8, "BLOCK_S": 128, "TRANSPOSED": transposed}, 16)
+               {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "XB8": "*u8", "BScale": "*fp32", "S": "i32"},
+               {**fp8, "D": 128, "BLOCK_S": 128, "TRANSPOSED": transposed}, 16)
         yield (f"requant blocks transposed={transposed}", qz._fp8_requant_blocks_kernel,
                {"X8": "*u8", "Scale": "*fp32", "Y8": "*u8", "BScale": "*fp32", "S": "i32", "D": "i32"},
                {**fp8, "BLOCK_S": 128, "TRANSPOSED": transposed}, 8)
     yield ("key sides, K and Vᵀ in one launch", qz._fp8_key_sides_kernel,
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
-            "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "D": "i32"},
-           {**fp8, "BLOCK_S": 128}, 8)
+            "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32"},
+           {**fp8, "D": 128, "BLOCK_S": 128}, 8)
     # the backward's `pre` copies of K and V (attention_bwd_copies); K_REQ / V_REQ re-quantize K's token-block
     # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies
@@ -59,9 +59,10 @@ def variants(qz):
                     "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
                    {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": v_req, "TINY": tiny,
                     "DO_K": do_k, "DO_V": do_v}, warps)
-    yield ("tokens with delta", qz._fp8_tokens_delta_kernel,
-           {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32", "Delta": "*fp32",
-            "S": "i32", "D": "i32"}, {**fp8, "BLOCK_S": 32}, 4)
+    for write_t in (False, True):  # the dO pass, with dO's bytes also K-major (the FP8 dV product) or not
+        yield (f"tokens with delta write_t={write_t}", qz._fp8_tokens_delta_kernel,
+               {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32",
+                "Delta": "*fp32", "S": "i32"}, {**fp8, "D": 128, "BLOCK_S": 32, "WRITE_T": write_t}, 4)
     yield ("mxfp8", qz._mxfp8_kernel, {"X": "*bf16", "X8": "*u8", "Codes": "*u8", "R": "i32", "NB": "i32"},
            {"BLOCK_R": 32, "NB_P2": 4, "BLK": 32}, 4)
     for per_row, stochastic in itertools.product((False, True), repeat=2):
