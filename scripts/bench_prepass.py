@@ -11,7 +11,9 @@ kernel (docs/benchmarks.md), while their bytes (bf16 in, fp8 out, twice for K an
 V: two divisions by a shared scale, each one FMUL and two FFMAs after one IEEE division per token
 or block, `quantize._div_by_shared`; two hardware E4M3 conversions and one decode, with the NaN fix
 only on tiles holding a NaN or ±Inf; for Vᵀ the bytes' transposition through shared memory), which
-more warps per tile spread over more threads. Each row: median ms (triton.testing.do_bench), the
+more warps per tile spread over more threads. That was so until session 21: with the head dim a constexpr (vector
+loads and stores, SASS −40 to −66%) the times stayed (0.152 ms for K and Vᵀ in one launch at 8k), so the passes are
+now bound by DRAM at ~3.5 TB/s. Each row: median ms (triton.testing.do_bench), the
 bytes it moves over that time, and whether its outputs are bit-identical to the default launch's
 (the GPU tier of tests/test_quantize.py holds the default against `formats`). Never imported by the package.
 """
