@@ -705,7 +705,9 @@ def quantize_fp8_key_side(x: torch.Tensor, block: int, transposed: bool = False,
             # 16 warps on the GPU: the pass is bound by its per-element instructions, which more threads
             # per tile spread (scripts/bench_prepass.py, H200, S = 8k, B×H = 64: K 0.263 -> 0.206 ms, Vᵀ
             # 0.283 -> 0.228 ms against 8 warps with two div_rn per element; with `_div_by_shared` K
-            # 0.154 ms, Vᵀ 0.168 ms at 16 warps, 0.159 / 0.181 at 8, 0.144 / 0.166 at 32, same bytes)
+            # 0.154 ms, Vᵀ 0.168 ms at 16 warps, 0.159 / 0.181 at 8, 0.144 / 0.166 at 32, same bytes). Since D
+            # became a constexpr (vector loads and stores, session 21) the pass is bound by DRAM instead: K 0.081 ms
+            # at 16 warps, 0.080 at 8
             num_warps=launch.get("num_warps") or (4 if INTERPRET else 16),
         )
     return x8, scale, xb8, bscale
