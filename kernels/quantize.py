@@ -235,7 +235,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_tokens_kernel(
-        X, X8, X8T, Scale, S, D,
+        X, X8, X8T, Scale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
         PER_BLOCK: tl.constexpr, WRITE_T: tl.constexpr,
     ):
@@ -262,7 +262,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_requant_blocks_kernel(
-        X8, Scale, Y8, BScale, S, D,
+        X8, Scale, Y8, BScale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
     ):
         """One program: one token block of one slice; per-token fp8 bytes -> token-block fp8 bytes.
@@ -516,8 +516,10 @@ def _fp8_tokens(x: torch.Tensor, block: int | None, transposed: bool, launch: di
     if x.numel():
         grid = (bh, triton.cdiv(seq, block_s))
         _fp8_tokens_kernel[grid](
-            x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, seq, dim,
-            TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
+            x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, seq,
+            # D a constexpr, as the key-side pass's: the d mask folds away at D = BLOCK_D, so loads and stores
+            # are vectors along d (only the token mask stays)
+            D=dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d,
             PER_BLOCK=block is not None, WRITE_T=transposed,
             num_warps=launch.get("num_warps") or _num_warps(block_s * block_d),
         )
@@ -671,8 +673,8 @@ def requantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor, block: in
     if x8.numel():
         block_d = triton.next_power_of_2(dim)
         _fp8_requant_blocks_kernel[(bh, seq // block)](
-            x8.view(torch.uint8), tok_scale, y8.view(torch.uint8), bscale, seq, dim,
-            TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
+            x8.view(torch.uint8), tok_scale, y8.view(torch.uint8), bscale, seq,
+            D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,  # D constexpr: as above
             num_warps=_num_warps(block * block_d),
         )
     return y8, bscale

@@ -31,15 +31,15 @@ def variants(qz):
     fp8 = dict(TINY=tiny, BLOCK_D=128)
     for per_block, write_t in itertools.product((False, True), repeat=2):
         yield (f"tokens per_block={per_block} write_t={write_t}", qz._fp8_tokens_kernel,
-               {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "S": "i32", "D": "i32"},
-               {**fp8, "BLOCK_S": 128 if per_block else 32, "PER_BLOCK": per_block, "WRITE_T": write_t}, 4)
+               {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "S": "i32"},
+               {**fp8, "D": 128, "BLOCK_S": 128 if per_block else 32, "PER_BLOCK": per_block, "WRITE_T": write_t}, 4)
     for transposed in (False, True):
         yield (f"key side transposed={transposed}", qz._fp8_key_side_kernel,
                {"X": "*bf16", "X8": "*u8", "Scale": "*fp32", "XB8": "*u8", "BScale": "*fp32", "S": "i32"},
                {**fp8, "D": 128, "BLOCK_S": 128, "TRANSPOSED": transposed}, 16)
         yield (f"requant blocks transposed={transposed}", qz._fp8_requant_blocks_kernel,
-               {"X8": "*u8", "Scale": "*fp32", "Y8": "*u8", "BScale": "*fp32", "S": "i32", "D": "i32"},
-               {**fp8, "BLOCK_S": 128, "TRANSPOSED": transposed}, 8)
+               {"X8": "*u8", "Scale": "*fp32", "Y8": "*u8", "BScale": "*fp32", "S": "i32"},
+               {**fp8, "D": 128, "BLOCK_S": 128, "TRANSPOSED": transposed}, 8)
     yield ("key sides, K and Vᵀ in one launch", qz._fp8_key_sides_kernel,
            {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16", "V8": "*u8",
             "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32"},
