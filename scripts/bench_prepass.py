@@ -41,7 +41,8 @@ def _same(a, b) -> bool:
 
 # (part, launch override or None for the default, the call); bytes: bf16 read + fp8 (and copies) written
 VARIANTS = {
-    "q per token": [None, {"rows": 64, "num_warps": 8}, {"rows": 128, "num_warps": 8}, {"rows": 128, "num_warps": 16}],
+    "q per token": [None, {"rows": 64, "num_warps": 8}, {"rows": 128, "num_warps": 4}, {"rows": 128, "num_warps": 8},
+                    {"rows": 128, "num_warps": 16}, {"rows": 256, "num_warps": 8}],
     # the key side's default is 16 warps since session 6 (8 before: 0.263 / 0.283 ms at 8k)
     "k key side": [None, {"num_warps": 8}, {"num_warps": 32}],
     "v key side (Vᵀ)": [None, {"num_warps": 8}, {"num_warps": 32}],
