@@ -22,5 +22,5 @@ done
 for v in 0 1 2; do
   TAIL=1 phase "gaps16_$v" 60 $WC attention_dkdv_ws.KV_REGS=$v -- scripts/launch_gaps.py --seq 16384
 done
-for f in "$R"/gaps*.log; do echo "== $(basename "$f") $(grep -E "_dkdv_ws_kernel|_dq_gluon_kernel" "$f" | tr -s ' ' | cut -c1-60 | tr '\n' ' ')"; done
+for f in "$R"/gaps*.log; do echo "== $(basename "$f") $(grep -E "_dkdv_ws_kernel|_dq_gluon_kernel|per call" "$f" | tr -s ' ' | cut -c1-60 | tr '\n' ' ')"; done
 tar -czf "$OUT/results.tar.gz" -C /tmp results
