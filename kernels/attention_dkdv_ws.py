@@ -36,7 +36,6 @@ if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
         mbarrier,
         tma,
     )
@@ -56,10 +55,6 @@ BN, BM, TB = fused.BN, fused.BM, fused.TB
 # in 2 × 98.5 KB): 3460-3539 µs against three stages' 3665-3725 at S = 8k, B×H = 64 (session16_stages.sh)
 STAGES = 4
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
-# K's and V's rows as the Sᵀ and dPᵀ products' A operand from registers (16 + 16 a thread) instead of shared memory:
-# those products are 64 × 32 × 128, so each wgmma reads twice the bytes from shared memory (A 8 KB, B 4 KB) that
-# it has math cycles for; with A in registers each sub-tile reads 16 of its 36 KB of operands less (a probe)
-KV_REGS = 0  # bit 0: K, bit 1: V
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
 MAXNREG = 128
@@ -108,23 +103,9 @@ if HAS_GLUON:
                 c += 1
 
     @gluon.jit
-    def _kv_operands(k_s, v_s, KV_REGS: gl.constexpr, KV_L: gl.constexpr):
-        """The Sᵀ and dPᵀ products' A operands: K's and V's rows in shared memory, or (KV_REGS bit 0: K, bit 1: V)
-        loaded into registers."""
-        if KV_REGS % 2 == 1:
-            k_a = k_s.load(KV_L)
-        else:
-            k_a = k_s
-        if KV_REGS // 2 == 1:
-            v_a = v_s.load(KV_L)
-        else:
-            v_a = v_s
-        return k_a, v_a
-
-    @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
                   sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                  STAGES: gl.constexpr, FP8_DK: gl.constexpr, KV_REGS: gl.constexpr):
+                  STAGES: gl.constexpr, FP8_DK: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -154,11 +135,6 @@ if HAS_GLUON:
         dv = gl.zeros([BN, D], gl.float32, O8_L)
         zero = gl.zeros([BN, BM], gl.float32, S_L)
         mbarrier.wait(kv_ready, 0)
-        KV_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=4)
-        k_a, v_a = _kv_operands(k_s, v_s, KV_REGS, KV_L)
-        if KV_REGS == 3:  # both rows in registers: their shared memory is the producer's again at once
-            fence_async_shared()  # the rows' shared loads ordered before the producer's TMA overwrites them
-            mbarrier.arrive(kv_free, count=1)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
         for _g in range(G):  # the query heads sharing this K / V head, in the producer's order
@@ -166,22 +142,20 @@ if HAS_GLUON:
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                dv, dk = _diag_sub_tile(k_a, v_a, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero,
+                dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero,
                                         qk_scale, QRY, A_L, A8_L, FP8_DK)
                 _release(empty, stage)
                 c += 1
-        if KV_REGS != 3:
-            mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
+        mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
 
         # off the diagonal: the token-block copies
         kbs = gl.load(KBS + rb)
         vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_ready, 1)
-        k_a, v_a = _kv_operands(k_s, v_s, KV_REGS, KV_L)
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
-                dv, dk = _off_diagonal(c, n_off, k_a, v_a, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
                                        qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK)
                 c += n_off
         _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN, D, FP8_DK)
@@ -190,7 +164,7 @@ if HAS_GLUON:
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
                         VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, KV_REGS: gl.constexpr = 0):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -205,7 +179,7 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK, KV_REGS)),
+                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK))],
@@ -217,8 +191,7 @@ _LAUNCH = Relaunch(_dkdv_ws_kernel) if HAS_GLUON else None
 
 
 def constexprs() -> dict:
-    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, STATS_ROWS=STATS_ROWS, PRODUCER_REGS=PRODUCER_REGS,
-                KV_REGS=KV_REGS)
+    return dict(D=TB, BN=BN, BM=BM, TB=TB, STAGES=STAGES, STATS_ROWS=STATS_ROWS, PRODUCER_REGS=PRODUCER_REGS)
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
