@@ -6,7 +6,7 @@
 # sub-tile reads 8 KB less. sm_90 SASS (CPU): off-diagonal loop 332 -> 334 instructions, nothing spilled there (both
 # K and V spill 24 registers in it, so not tried). First the bits (the ws kernel against the fused Gluon one), then
 # the kernel's time in torch.profiler traces, variants in turn, three rounds at 8k and one at 16k.
-#   bash scripts/device/session22_kvregs.sh   (carry .gpu)
+#   bash scripts/device/session22_kvregs.sh   (carry .gpu; at a054d19, where the probe exists — reverted in d1f64d9)
 set -uo pipefail
 source scripts/device/setup.sh
 WC="python3 scripts/device/with_constants.py"
