@@ -174,11 +174,12 @@ if HAS_GLUON:
         return gl.convert_layout(((pt * (linv * sdo)[None, :]) * itau[:, None]).to(gl.float8e4nv), A8_L)
 
     @gluon.jit
-    def _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, st_s, QRY: gl.constexpr, A_L: gl.constexpr,
-                      A8_L: gl.constexpr, FP8_DK: gl.constexpr):
+    def _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L: gl.constexpr, A8_L: gl.constexpr,
+                      FP8_DK: gl.constexpr):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
-        token-block copies: one K and one V scale for the tile): Pᵀ·s_dO in E4M3 (`_dv_operand`), dSᵀ in bf16."""
-        qs, m, linv, delta, sdo = _query_stats(st_s, QRY)
+        token-block copies: one K and one V scale for the tile; stats: its queries' `_query_stats`): Pᵀ·s_dO in
+        E4M3 (`_dv_operand`), dSᵀ in bf16."""
+        qs, m, linv, delta, sdo = stats
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         return (_dv_operand(pt, linv, sdo, itau, A8_L),
@@ -204,11 +205,12 @@ if HAS_GLUON:
         return warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
 
     @gluon.jit
-    def _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY: gl.constexpr,
-                      A_L: gl.constexpr, A8_L: gl.constexpr, FP8_DK: gl.constexpr):
-        """dV and dK of an off-diagonal sub-tile from its Sᵀ and dPᵀ (`_off_operands`), issued, not waited for."""
+    def _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L: gl.constexpr,
+                      A8_L: gl.constexpr, FP8_DK: gl.constexpr):
+        """dV and dK of an off-diagonal sub-tile from its Sᵀ, dPᵀ and query statistics (`_off_operands`), issued,
+        not waited for."""
         q_s, do_s, qb_s, dot_s, st_s = smems
-        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, st_s.index(stage), QRY, A_L, A8_L, FP8_DK)
+        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L, A8_L, FP8_DK)
         dv = warpgroup_mma(y8, dot_s.index(stage).permute((1, 0)), dv, is_async=True)
         dk = _dk_product(ds, qb_s.index(stage), dk, FP8_DK)
         return dv, dk
@@ -238,7 +240,7 @@ if HAS_GLUON:
         """dV and dK over one query head's n_off > 0 off-diagonal sub-tiles, ring stages c.. (their first ones
         loaded or in flight): Sᵀ and dPᵀ of sub-tile j + 1 in flight during the elementwise work of j, each stage
         given up once its products retire (`_done_with`; WS: the warp-specialized kernel's consumer)."""
-        q_s, do_s = smems[0], smems[1]
+        q_s, do_s, st_s = smems[0], smems[1], smems[4]
         stage = c % STAGES
         mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
         st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
@@ -246,9 +248,12 @@ if HAS_GLUON:
         for j in range(0, n_off - 1):
             stage = (c + j) % STAGES
             nxt = (c + j + 1) % STAGES
+            # sub-tile j's statistics first: their shared loads complete under the wait for stage j + 1 and the issue
+            # of its products, instead of stalling the first multiplications of j's elementwise work
+            stats = _query_stats(st_s.index(stage), QRY)
             mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
             st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-            dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY, A_L, A8_L,
+            dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L,
                                    FP8_DK)
             # everything retires here: an accumulator still in flight across the loop's back edge
             # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
@@ -256,7 +261,8 @@ if HAS_GLUON:
             _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, False)
         j = n_off - 1
         stage = (c + j) % STAGES
-        dv, dk = _off_sub_tile(st, dpt, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, QRY, A_L, A8_L, FP8_DK)
+        stats = _query_stats(st_s.index(stage), QRY)
+        dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK)
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
         _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
         return dv, dk
