@@ -674,7 +674,8 @@ def requantize_fp8_token_blocks(x8: torch.Tensor, scale: torch.Tensor, block: in
         block_d = triton.next_power_of_2(dim)
         _fp8_requant_blocks_kernel[(bh, seq // block)](
             x8.view(torch.uint8), tok_scale, y8.view(torch.uint8), bscale, seq,
-            D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,  # D constexpr: as above
+            # D a constexpr, as `_fp8_tokens`' launch: the d mask folds away, loads and stores are vectors
+            D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=block_d, TRANSPOSED=transposed,
             num_warps=_num_warps(block * block_d),
         )
     return y8, bscale
