@@ -45,7 +45,7 @@ from dataclasses import replace
 
 import torch
 
-from . import attention_bwd_gluon, attention_dkdv_split, attention_dkdv_ws
+from . import attention_bwd_gluon, attention_dkdv_ws
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
@@ -434,8 +434,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     copies, any other launch computes them first (`materialize_off_diagonal`).
     "dp_early": where the dP product is issued (see `launch_config`); bit-identical either way.
     "gluon": the dK/dV kernel of `attention_bwd_gluon` where it applies (sm_90, the fast path's launch), with
-    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits), or "split" with
-    dK and dV in two warpgroups (`attention_dkdv_split`; the same bits);
+    "ws_dkdv" its warp-specialized form (`attention_dkdv_ws`: a TMA producer warp; the same bits);
     "gluon_dq" (0, 32 or 64): its dQ kernel likewise, on key sub-tiles of that many keys (0: off).
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
@@ -465,10 +464,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dk = config.pop("fp8_dk", False)
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
-    if ws_dkdv not in (False, True, "split"):  # checked before any launch
-        raise ValueError(f"backward config ws_dkdv={ws_dkdv!r}: allowed False (the fused Gluon dK/dV kernel), True "
-                         f"(warp-specialized, attention_dkdv_ws) or 'split' (dK and dV in two warpgroups, "
-                         f"attention_dkdv_split)")
     if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
@@ -540,7 +535,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scalars = (qk_scale, sm_scale, p_global_value(), seq, hq // hkv, hkv)
     # the fold's row factors: read by Triton programs narrower than the tile where dV folds V's scale into P
     r_diag, r_tile = _fold_rows(v.scale, block, causal) if bn != block and not fp8_dv else (moff, moff)
-    if fp8_dk and not (on_gluon and ws_dkdv is True and which != "dq"):
+    if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then
@@ -550,9 +545,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         side.wait_stream(torch.cuda.current_stream())
     if on_gluon and which != "dq":
         copies = (qb, dot, kbf, kbbf, vr, vbr)
-        if ws_dkdv == "split":
-            dk, dv = attention_dkdv_split.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
-        elif ws_dkdv:
+        if ws_dkdv:
             probe = None
             if fp8_dk:
                 rho = dk_row_scale(q.scale, do, delta, unpack_stats(lse2, moff)[1], v.scale, v.off.per_token_scale(),

@@ -141,21 +141,11 @@ if HAS_GLUON:
                 _stats_row(st_s, 3, QRY), _stats_row(st_s, 4, QRY))
 
     @gluon.jit
-    def _p_over_l(pt, linv):
-        """p / l of `_kv_tile`'s dS (p carrying P's ×256)."""
-        return pt * (linv * (1.0 / 256.0))[None, :]
-
-    @gluon.jit
-    def _dst_from(u, dpt, sv, qs, delta, sdo):
-        """dSᵀ in bf16 from u = p / l (`_p_over_l`), `_kv_tile`'s expression: u (dP - delta), times s_q (dK's partner
-        fold)."""
-        dpt = dpt * (sv * sdo[None, :])
-        return ((u * (dpt - delta[None, :])) * qs[None, :]).to(gl.bfloat16)
-
-    @gluon.jit
     def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
         """dSᵀ in bf16, `_kv_tile`'s expression: (p / l)(dP - delta), times s_q (dK's partner fold)."""
-        return _dst_from(_p_over_l(pt, linv), dpt, sv, qs, delta, sdo)
+        dpt = dpt * (sv * sdo[None, :])
+        dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+        return (dst * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
     def _dk_operand(pt, dpt, sv, qs, linv, delta, sdo, isig, A_L: gl.constexpr, A8_L: gl.constexpr,
@@ -178,15 +168,10 @@ if HAS_GLUON:
             return warpgroup_mma(ds, qb_tile, dk, is_async=True)
 
     @gluon.jit
-    def _dv_bytes(pt, linv, sdo, itau):
-        """The FP8 dV product's A operand in the scores' layout (`AttentionSpec.fp8_dv`, `_kv_tile`'s expression):
-        E4M3 of (p · (1/l · s_dO)) / τ, p carrying P's ×256, τ the key row's scale (itau = 1/τ, [BN] keys)."""
-        return ((pt * (linv * sdo)[None, :]) * itau[:, None]).to(gl.float8e4nv)
-
-    @gluon.jit
     def _dv_operand(pt, linv, sdo, itau, A8_L: gl.constexpr):
-        """`_dv_bytes` as the A operand from registers."""
-        return gl.convert_layout(_dv_bytes(pt, linv, sdo, itau), A8_L)
+        """The FP8 dV product's A operand (`AttentionSpec.fp8_dv`, `_kv_tile`'s expression): E4M3 of
+        (p · (1/l · s_dO)) / τ, p carrying P's ×256, τ the key row's scale (itau = 1/τ, [BN] keys)."""
+        return gl.convert_layout(((pt * (linv * sdo)[None, :]) * itau[:, None]).to(gl.float8e4nv), A8_L)
 
     @gluon.jit
     def _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L: gl.constexpr, A8_L: gl.constexpr,

@@ -251,27 +251,6 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_split_report() -> dict:
-    """compile_report for the sm_90 split dK/dV kernel (`attention_dkdv_split`, launch option ws_dkdv = "split"):
-    registers are the launch's maxnreg (one program per SM; its P and dS warpgroups hold 3 × that − the producer's
-    between them)."""
-    import torch
-
-    _import_kernels()
-    from flamia_kernels import attention_bwd_gluon as G
-    from flamia_kernels import attention_dkdv_split as W
-
-    f8, bf = torch.float8_e4m3fn, torch.bfloat16
-    rows, q, do, k, seq = _gluon_backward_operands(G)
-    stats = torch.empty(1, G.STATS_ROWS, seq)
-    dot = rows(f8).transpose(-1, -2).contiguous()  # dO8ᵀ
-    descs = list(G.descriptors(q, k, do, rows(bf), dot, rows(f8), rows(f8), stats))
-    ptx = _compile_gluon(W._dkdv_split_kernel, descs, ["*fp32"] * 5 + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"],
-                         W.constexprs(), {"num_warps": G.warps_for(G.BN), "maxnreg": W.MAXNREG})
-    return {"config": f"{G.warps_for(G.BN)}x{W.STAGES}x{G.BM}:bn{G.BN}:pre:gluon:splitdkdv", **ptxas_report(ptx),
-            "mma": mma_kinds(ptx)}
-
-
 def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
@@ -381,8 +360,7 @@ def main(argv=None) -> int:
                 ws = _bwd_gluon_width() == 64
                 reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
-                    reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False),
-                                (gluon_dkdv_split_report(), False)]
+                    reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False)]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

@@ -24,8 +24,7 @@ imports them when it runs).
       :dkdv / :dq         backward: run one kernel only
       :gluon   backward too: the sm_90 Gluon dK/dV kernel where it applies (attention_bwd_gluon; the fast
                path's pre / half / x32 launch); :wsdkdv that kernel warp-specialized (attention_dkdv_ws: a
-               TMA producer warp), :splitdkdv with dK and dV in two warpgroups (attention_dkdv_split);
-               :gluondq / :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32;
+               TMA producer warp); :gluondq / :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32;
                :fp8dk that kernel's dK product in FP8, :fp8dq the dQ kernel's dQ product (probes:
                attention_bwd.backward's fp8_dk, fp8_dq); :dqhigh (the fast path's default) / :dqside the dQ
                kernel on a side stream of a higher / the same priority, beside the dK/dV kernel; :dqserial both
@@ -43,7 +42,7 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
-          "wsdkdv": ("ws_dkdv", True), "splitdkdv": ("ws_dkdv", "split"), "gluondq": ("gluon_dq", 64),
+          "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64),
           "gluondq32": ("gluon_dq", 32), "fp8dk": ("fp8_dk", True), "fp8dq": ("fp8_dq", True),
           "dqserial": ("dq_stream", None), "dqside": ("dq_stream", "same"), "dqhigh": ("dq_stream", "high"),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),

@@ -618,16 +618,14 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     assert same[0] and errs["dV"] <= 1e-2 and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 
-@pytest.mark.parametrize("variant", [True, "split"])
 @pytest.mark.parametrize("safeguards", [True, False])
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 640), (1, 2, 1, 128)])
-def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, variant, monkeypatch):
-    """The warp-specialized dK/dV kernels (launch option "ws_dkdv": True, attention_dkdv_ws, a TMA producer warp, the
-    consumer's products and elementwise work unchanged; "split", attention_dkdv_split, dK and dV in two warpgroups)
-    against the fused Gluon dK/dV kernel: dK and dV the same bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5
-    tiles, where the last programs have no off-diagonal sub-tile; one tile, GQA, none at all), with the safeguards on
-    and off."""
-    from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_split, attention_dkdv_ws
+def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
+    """The warp-specialized dK/dV kernel (attention_dkdv_ws, launch option "ws_dkdv", the fast path's default: a TMA
+    producer warp, the consumer's products and elementwise work unchanged) against the fused Gluon dK/dV kernel: dK
+    and dV the same bits (GQA with B > 1 and S = 15 tiles; no GQA with S = 5 tiles, where the last programs have no
+    off-diagonal sub-tile; one tile under GQA, where no program has one), with the safeguards on and off."""
+    from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(*shape, 128, seed=53)
@@ -635,13 +633,12 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, variant, monkey
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
     assert base["ws_dkdv"] is True  # the fast path's default
     want = attention_bwd.backward(*args, config={**base, "ws_dkdv": False})
-    calls = _spy(monkeypatch, attention_dkdv_split if variant == "split" else attention_dkdv_ws, "dkdv")
-    got = attention_bwd.backward(*args, config={**base, "ws_dkdv": variant})
-    assert calls, f"the dK/dV kernel of ws_dkdv={variant!r} never ran"
+    calls = _spy(monkeypatch, attention_dkdv_ws, "dkdv")
+    got = attention_bwd.backward(*args, config=base)
+    assert calls, "the warp-specialized dK/dV kernel never ran"
     same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
     errs = {n: _rel(a, b) for n, a, b in zip(("dK", "dV"), got[1:], want[1:], strict=True)}
-    print(f"\nws_dkdv={variant!r} {shape} safeguards={safeguards}: rel-L2 vs the Gluon kernel {errs}, "
-          f"bit-identical {same}")
+    print(f"\nws dK/dV {shape} safeguards={safeguards}: rel-L2 vs the Gluon kernel {errs}, bit-identical {same}")
     assert all(same) and all(g.abs().sum() > 0 for g in got[1:]), (same, errs)
 
 

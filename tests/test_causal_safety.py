@@ -242,21 +242,15 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ws_dkdv", [True, False, "split"])
+@pytest.mark.parametrize("ws_dkdv", [True, False])
 def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv):
     """test_prefix_gpu's Triton half with the dK/dV and dQ kernels on the sm_90 Gluon kernels (launch
-    options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, not, or split
-    into a dK and a dV warpgroup) and the forward on the Gluon forward, at D = 128. Spies check they ran."""
-    from flamia_kernels import (
-        attention_bwd,
-        attention_bwd_gluon,
-        attention_dkdv_split,
-        attention_dkdv_ws,
-        attention_fwd,
-    )
+    options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, or not) and
+    the forward on the Gluon forward, at D = 128. Spies check they ran."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws, attention_fwd
 
     fwd, bwd, dq = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dq
-    dkdv_module = {True: attention_dkdv_ws, False: attention_bwd_gluon, "split": attention_dkdv_split}[ws_dkdv]
+    dkdv_module = attention_dkdv_ws if ws_dkdv else attention_bwd_gluon
     dkdv = dkdv_module.dkdv
     calls, dq_calls = [], []
     monkeypatch.setitem(globals(), "DIM", 128)

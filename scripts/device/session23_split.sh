@@ -4,6 +4,7 @@
 # the fused Gluon kernel, then the time: the dK/dV kernel alone (launch_gaps.py with the dQ kernel on the caller's
 # stream), ws and split in turn, fwd+bwd against cuDNN with both in the same run, and Nsight Compute's stall samples
 # per SASS line of the split kernel at 8k.
+# Runs at 0872ea4, where the split kernel exists (reverted after: slower than attention_dkdv_ws, docs/benchmarks.md).
 #   bash scripts/device/session23_split.sh   (carry .gpu)
 set -uo pipefail
 source scripts/device/setup.sh
