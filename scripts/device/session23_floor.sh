@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 23: the floor each Gluon kernel's tiling sets — the forward, dK/dV and dQ kernels with their off-diagonal
+# elementwise work removed (scripts/device/floor_probe.py: products, TMA ring, waits and stores kept, values garbage)
+# beside the real kernels, S = 8k, B×H = 64, D = 128, the dQ kernel on the caller's stream (each kernel alone). Then the
+# launch variants' floors: the warp-specialized forward (pipe 4, with and without ping-pong), the dQ kernel on 64-key
+# sub-tiles, the dK/dV kernel on 64-query sub-tiles (it spills there).
+#   bash scripts/device/session23_floor.sh
+set -uo pipefail
+source scripts/device/setup.sh
+python3 scripts/device/floor_probe.py /tmp/probe && python3 scripts/device/floor_probe.py /tmp/probe64 --sub 64 || exit 1
+for t in probe probe64; do mkdir -p /tmp/${t}pkgs && ln -sfn /tmp/$t/kernels /tmp/${t}pkgs/flamia_kernels; done
+P32=/tmp/site:/tmp/probepkgs:$PWD
+P64=/tmp/site:/tmp/probe64pkgs:$PWD
+echo '{"bwd": {"dq_stream": null}}' > /tmp/ws.json
+echo '{"fwd": {"pipe": 4}, "bwd": {"dq_stream": null, "gluon_dq": 64}}' > /tmp/a.json
+echo '{"fwd": {"pipe": 4, "pingpong": true}, "bwd": {"dq_stream": null}}' > /tmp/b.json
+echo '{"bwd": {"dq_stream": null, "sub": 64}}' > /tmp/c.json
+for round in 1 2; do
+  TAIL=1 phase "real_$round" 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/ws.json
+  TAIL=1 phase "floor_$round" 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/ws.json
+done
+TAIL=1 phase real_a 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/a.json
+TAIL=1 phase floor_a 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/a.json
+TAIL=1 phase real_b 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/b.json
+TAIL=1 phase floor_b 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/b.json
+TAIL=1 phase floor64_c 60 env PYTHONPATH="$P64" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/c.json
+for f in "$R"/*.log; do echo "== $(basename "$f")"; grep -E "_fwd_(gluon|ws)|_dkdv_|_dq_gluon|cudnn" "$f" | tail -4 | tr -s ' ' | cut -c1-90; done
+tar -czf "$OUT/results.tar.gz" -C /tmp results
