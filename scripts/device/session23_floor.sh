@@ -15,14 +15,12 @@ echo '{"bwd": {"dq_stream": null}}' > /tmp/ws.json
 echo '{"fwd": {"pipe": 4}, "bwd": {"dq_stream": null, "gluon_dq": 64}}' > /tmp/a.json
 echo '{"fwd": {"pipe": 4, "pingpong": true}, "bwd": {"dq_stream": null}}' > /tmp/b.json
 echo '{"bwd": {"dq_stream": null, "sub": 64}}' > /tmp/c.json
-for round in 1 2; do
-  TAIL=1 phase "real_$round" 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/ws.json
-  TAIL=1 phase "floor_$round" 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/ws.json
+# each launch's real kernels, then its probe's (logs real_NAME, floor_NAME): the default twice, then a and b
+for name in 1:ws 2:ws a:a b:b; do
+  TAIL=1 phase "real_${name%%:*}" 60 python3 scripts/launch_gaps.py --seq 8192 --launch "/tmp/${name#*:}.json"
+  TAIL=1 phase "floor_${name%%:*}" 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 \
+    --launch "/tmp/${name#*:}.json"
 done
-TAIL=1 phase real_a 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/a.json
-TAIL=1 phase floor_a 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/a.json
-TAIL=1 phase real_b 60 python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/b.json
-TAIL=1 phase floor_b 60 env PYTHONPATH="$P32" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/b.json
 TAIL=1 phase floor64_c 60 env PYTHONPATH="$P64" python3 scripts/launch_gaps.py --seq 8192 --launch /tmp/c.json
 for f in "$R"/*.log; do echo "== $(basename "$f")"; grep -E "_fwd_(gluon|ws)|_dkdv_|_dq_gluon|cudnn" "$f" | tail -4 | tr -s ' ' | cut -c1-90; done
 tar -czf "$OUT/results.tar.gz" -C /tmp results
