@@ -8,9 +8,8 @@
 set -uo pipefail
 source scripts/device/setup.sh
 python3 scripts/device/floor_probe.py /tmp/probe && python3 scripts/device/floor_probe.py /tmp/probe64 --sub 64 || exit 1
-for t in probe probe64; do mkdir -p /tmp/${t}pkgs && ln -sfn /tmp/$t/kernels /tmp/${t}pkgs/flamia_kernels; done
-P32=/tmp/site:/tmp/probepkgs:$PWD
-P64=/tmp/site:/tmp/probe64pkgs:$PWD
+P32=$(kernels_at probe /tmp/probe/kernels)
+P64=$(kernels_at probe64 /tmp/probe64/kernels)
 echo '{"bwd": {"dq_stream": null}}' > /tmp/ws.json
 echo '{"fwd": {"pipe": 4}, "bwd": {"dq_stream": null, "gluon_dq": 64}}' > /tmp/a.json
 echo '{"fwd": {"pipe": 4, "pingpong": true}, "bwd": {"dq_stream": null}}' > /tmp/b.json

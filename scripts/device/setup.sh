@@ -21,12 +21,14 @@ phase() {
 # A device call's results start empty and carry the commit they are of (.gpu/COMMIT, written before the call).
 find "$R" -mindepth 1 -delete
 export FLAMIA_COMMIT=${FLAMIA_COMMIT:-$(cat .gpu/COMMIT 2>/dev/null || echo unknown)}
+# P=$(kernels_at NAME DIR): a PYTHONPATH whose flamia_kernels is DIR (an absolute path), through /tmp/NAMEpkgs.
+kernels_at() {
+  mkdir -p "/tmp/$1pkgs" && ln -sfn "$2" "/tmp/$1pkgs/flamia_kernels"
+  echo "/tmp/site:/tmp/$1pkgs:$PWD"
+}
 # BASE=$(base_kernels): a PYTHONPATH whose flamia_kernels is .gpu/base/kernels, another commit's kernels for an
 # A/B in one call (git archive REV kernels | tar -x -C .gpu/base; .gpu travels in `carry`).
-base_kernels() {
-  mkdir -p /tmp/basepkgs && ln -sfn "$PWD/.gpu/base/kernels" /tmp/basepkgs/flamia_kernels
-  echo "/tmp/site:/tmp/basepkgs:$PWD"
-}
+base_kernels() { kernels_at base "$PWD/.gpu/base/kernels"; }
 # gaps_vs_base ROUNDS PATTERN: scripts/launch_gaps.py at S = 8k, .gpu/base's kernels and this tree's in turn for
 # ROUNDS rounds (logs gaps_base_N, gaps_new_N), then each log's lines matching PATTERN (grep) — an A/B of kernel
 # times in one call, where a drift of the machine touches both sides alike.
