@@ -7,7 +7,8 @@
    128-key programs (17 / 8.6 GB of additions at S = 8k, B×H = 64). Prints GB/s of additions.
 2. `ws128`: the warp-specialized dK/dV kernel (`attention_dkdv_ws`) with 128 keys per program (two consumer
    warpgroups sharing each query sub-tile, one program per SM at 240 registers) against its 64-key default: the
-   kernel's time (torch.profiler) and dK / dV bit for bit (the same sums in the same order).
+   kernel's time (torch.profiler, the dQ kernel on the caller's stream so that the dK/dV kernel runs alone) and dK / dV
+   bit for bit (the same sums in the same order).
 
     python scripts/device/fused_dq_probe.py atomics
     python scripts/device/fused_dq_probe.py ws128
@@ -17,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: launch_configs
 
 
 @gluon.jit
@@ -74,15 +78,17 @@ def ws128(seq: int, batch: int, heads: int) -> None:
     from flamia_kernels import attention_bwd_gluon as G
     from flamia_kernels import attention_dkdv_ws as W
     from flamia_kernels import flamia_attention
+    from launch_configs import launch_overrides
     from torch.profiler import ProfilerActivity, profile
 
     gen = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, do = (torch.randn(batch, heads, seq, 128, device="cuda", generator=gen).to(torch.bfloat16)
                    for _ in range(4))
 
-    def step():
+    def step():  # the dQ kernel on the caller's stream, so that the dK/dV kernel runs alone
         xs = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        flamia_attention(*xs, spec="fp8").backward(do)
+        with launch_overrides({"bwd": {"dq_stream": None}}):
+            flamia_attention(*xs, spec="fp8").backward(do)
         return [x.grad for x in xs]
 
     results = {}
