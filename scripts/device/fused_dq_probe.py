@@ -3,8 +3,9 @@
 1. `atomics`: dQ summed in fp32 by every key block's program — each adds a [64, BM] tile of dQᵀ (64 head-dim rows,
    BM queries) per query sub-tile into dQacc [B·H, D, S], from the layout a wgmma accumulator of that shape has
    (NVMMA, so two consecutive queries a thread: `atom.v2`), from a blocked layout of four consecutive queries a
-   thread (`atom.v4`), and as plain stores of the same tiles (the traffic without the additions), for 64- and
-   128-key programs (17 / 8.6 GB of additions at S = 8k, B×H = 64). Prints GB/s of additions.
+   thread (`atom.v4`), as one TMA reduce-add of each [D, BM] tile from shared memory (FlashAttention-3's way;
+   `_reduce_add`), and as plain stores of the same tiles (the traffic without the additions), for 64- and 128-key
+   programs (17 / 8.6 GB of additions at S = 8k, B×H = 64). Prints TB/s of additions.
 2. `ws128`: the warp-specialized dK/dV kernel (`attention_dkdv_ws`) with 128 keys per program (two consumer
    warpgroups sharing each query sub-tile, one program per SM at 240 registers) against its 64-key default: the
    kernel's time (torch.profiler, the dQ kernel on the caller's stream so that the dK/dV kernel runs alone) and dK / dV
@@ -21,8 +22,12 @@ import sys
 from pathlib import Path
 
 import torch
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: launch_configs
 
@@ -50,14 +55,43 @@ def _add_tiles(DQ, S, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, KIND:
             gl.atomic_add(base + q0, x, sem="relaxed")
 
 
+@builtin
+def _reduce_add(tensor_desc, coord, src, _semantic=None):
+    """TMA reduce-add of shared-memory tile src into the descriptor's box at coord (cp.reduce.async.bulk.tensor
+    ... .add): Gluon 3.6's builder has the op, its Hopper `tma` module no wrapper."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@gluon.jit
+def _reduce_tiles(dq_desc, S, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr):
+    """`_add_tiles`' additions as one TMA reduce-add of a [D, BM] tile per query sub-tile (FlashAttention-3's dQ
+    accumulation), one reduce in flight behind the one issued."""
+    L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16])
+    kb = gl.program_id(0)
+    bh = gl.program_id(1)
+    tile = gl.allocate_shared_memory(gl.float32, [D, BM], dq_desc.layout)
+    tile.store(gl.full([D, BM], 1.0, gl.float32, L))
+    fence_async_shared()
+    gl.thread_barrier()
+    for q0 in range(kb * BN, S, BM):
+        _reduce_add(dq_desc, [bh * D, q0], tile)
+        tma.store_wait(1)
+    tma.store_wait(0)
+
+
 def atomics(seq: int, bh: int, d: int = 128, bm: int = 32) -> None:
     dq = torch.zeros(bh * d, seq, device="cuda")
+    desc = TensorDescriptor.from_tensor(dq, [d, bm], gl.NVMMASharedLayout.get_default_for([d, bm], gl.float32))
     for bn in (128, 64):
-        for kind, name in ((0, "nvmma v2"), (1, "blocked v4"), (2, "stores")):
+        for kind, name in ((0, "nvmma v2"), (1, "blocked v4"), (3, "tma reduce"), (2, "stores")):
             grid = (seq // bn, bh, d // 64)
 
             def launch(grid=grid, bn=bn, kind=kind):
-                _add_tiles[grid](dq, seq, D=d, BN=bn, BM=bm, KIND=kind, num_warps=4)
+                if kind == 3:
+                    _reduce_tiles[grid[:2]](desc, seq, D=d, BN=bn, BM=bm, num_warps=4)
+                else:
+                    _add_tiles[grid](dq, seq, D=d, BN=bn, BM=bm, KIND=kind, num_warps=4)
             launch()
             torch.cuda.synchronize()
             ms = []
@@ -72,6 +106,10 @@ def atomics(seq: int, bh: int, d: int = 128, bm: int = 32) -> None:
             best = sorted(ms)[len(ms) // 2]
             print(f"atomics bn={bn:3d} {name:10s}: {nbytes / 1e9:6.2f} GB in {best:7.3f} ms = "
                   f"{nbytes / best / 1e9:6.2f} TB/s")
+    dq.zero_()
+    _reduce_tiles[(seq // 128, bh)](desc, seq, D=d, BN=128, BM=bm, num_warps=4)
+    want = torch.arange(seq, device="cuda") // 128 + 1  # query q: every key block up to its own adds 1
+    print(f"tma reduce sums exact: {torch.equal(dq, want.float().expand_as(dq))}")
 
 
 def ws128(seq: int, batch: int, heads: int) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 24: the costs a dQ fused into the dK/dV kernel would add — fp32 atomic additions of dQᵀ tiles from the
-# wgmma accumulator's layout (scripts/device/fused_dq_probe.py atomics), the same additions as bulk reduces
+# wgmma accumulator's layout and as TMA reduce-adds (scripts/device/fused_dq_probe.py atomics), as bulk reduces
 # (scripts/device/bulk_reduce_probe.cu, built beside this call: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o
 # .gpu/bulk_reduce_probe scripts/device/bulk_reduce_probe.cu; .gpu travels in carry), the ws dK/dV kernel on 128-key
 # programs alone (fused_dq_probe.py ws128) — then today's speed table of the default against cuDNN at 8k and 16k.
