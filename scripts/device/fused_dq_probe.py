@@ -13,6 +13,7 @@
 
     python scripts/device/fused_dq_probe.py atomics
     python scripts/device/fused_dq_probe.py ws128
+    python scripts/device/fused_dq_probe.py ptx    # on any machine: each way's global memory ops, compiled for sm_90
 Never imported by the package.
 """
 from __future__ import annotations
@@ -112,6 +113,31 @@ def atomics(seq: int, bh: int, d: int = 128, bm: int = 32) -> None:
     print(f"tma reduce sums exact: {torch.equal(dq, want.float().expand_as(dq))}")
 
 
+def ptx_ops() -> dict:
+    """{way: the distinct global-memory ops of its kernel's PTX} for the additions of `atomics`, compiled for sm_90
+    without a GPU (the vectorization the table's labels claim, and that the TMA reduce builtin compiles)."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    def compile_ops(kernel, sig: dict, consts: dict) -> list[str]:
+        src = GluonASTSource(kernel, {**sig, **dict.fromkeys(consts, "constexpr")}, constexprs=consts,
+                             attrs={(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+        return sorted(set(re.findall(r"\b((?:atom|red|st)\.global[\w.]*|cp\.reduce\.async\.bulk[\w.:]*)", ptx)))
+
+    consts = {"D": 128, "BN": 128, "BM": 32}
+    ops = {name: compile_ops(_add_tiles, {"DQ": "*fp32", "S": "i32"}, {**consts, "KIND": kind})
+           for kind, name in ((0, "nvmma v2"), (1, "blocked v4"), (2, "stores"))}
+    desc = TensorDescriptor.from_tensor(torch.empty(128, 1024), [128, 32],
+                                        gl.NVMMASharedLayout.get_default_for([128, 32], gl.float32))
+    ops["tma reduce"] = compile_ops(_reduce_tiles, {"dq_desc": mangle_type(desc), "S": "i32"}, consts)
+    return ops
+
+
 def ws128(seq: int, batch: int, heads: int) -> None:
     from flamia_kernels import attention_bwd_gluon as G
     from flamia_kernels import attention_dkdv_ws as W
@@ -152,12 +178,15 @@ def ws128(seq: int, batch: int, heads: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("atomics", "ws128"))
+    ap.add_argument("what", choices=("atomics", "ws128", "ptx"))
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--heads", type=int, default=16)
     args = ap.parse_args()
-    if args.what == "atomics":
+    if args.what == "ptx":
+        for way, ops in ptx_ops().items():
+            print(f"{way}: {' '.join(ops)}")
+    elif args.what == "atomics":
         atomics(args.seq, args.batch * args.heads)
     else:
         ws128(args.seq, args.batch, args.heads)
