@@ -443,8 +443,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     copy's bytes K-major in place of the bf16 K copies).
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
-    "dkdv_group" (warp-specialized Gluon dK/dV kernel only; `attention_dkdv_ws.GROUPS`): off-diagonal sub-tiles per
-    loop body of that kernel, each one's dV and dK in flight during the next one's elementwise work; the same bits.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -464,7 +462,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     ws_dkdv = config.pop("ws_dkdv", False)
     gluon_dq = config.pop("gluon_dq", 0)
     fp8_dk = config.pop("fp8_dk", False)
-    dkdv_group = config.pop("dkdv_group", None)
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
     if dq_stream not in (None, "same", "high"):  # checked before any launch
@@ -541,9 +538,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
-    if dkdv_group is not None and not (on_gluon and ws_dkdv and which != "dq"):
-        raise ValueError(f"backward config dkdv_group={dkdv_group!r}: the warp-specialized Gluon dK/dV kernel only "
-                         f"(sm_90, the fp8 fast path's launch with ws_dkdv)")
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then
     side = (_side_stream(q.vals.device, dq_stream) if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq
             else None)
@@ -557,8 +551,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dk_row_scale(q.scale, do, delta, unpack_stats(lse2, moff)[1], v.scale, v.off.per_token_scale(),
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
-            group = attention_dkdv_ws.GROUP if dkdv_group is None else dkdv_group
-            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe, group=group)
+            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
         else:
             dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:

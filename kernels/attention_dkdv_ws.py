@@ -38,17 +38,13 @@ if HAS_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
         tma,
-        warpgroup_mma_wait,
     )
 
     from .attention_bwd_gluon import (
         _diag_sub_tile,
         _dkdv_smem,
-        _fresh_products,
         _issue_sub_tile,
         _off_diagonal,
-        _off_sub_tile,
-        _query_stats,
         _release,
         _row_scales,
         _store_dkdv,
@@ -59,11 +55,6 @@ BN, BM, TB = fused.BN, fused.BM, fused.TB
 # in 2 × 98.5 KB): 3460-3539 µs against three stages' 3665-3725 at S = 8k, B×H = 64 (session16_stages.sh)
 STAGES = 4
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
-# off-diagonal sub-tiles per loop body (launch option dkdv_group; `_off_diagonal_groups`: each one's dV and dK in flight
-# during the next one's elementwise work); 0: `attention_bwd_gluon._off_diagonal`'s loop, everything retired after
-# each sub-tile
-GROUP = 0
-GROUPS = (0, 1, 2, 4)
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
 MAXNREG = 128
@@ -112,65 +103,9 @@ if HAS_GLUON:
                 c += 1
 
     @gluon.jit
-    def _group_step(j, c, st, dpt, dv, dk, k_s, v_s, smems, ready, kbs, vbs, itau, isig, zero, qk_scale,
-                   QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
-                   FP8_DK: gl.constexpr):
-        """Off-diagonal sub-tile j of a group (its Sᵀ, dPᵀ waited for): Sᵀ and dPᵀ of j + 1 issued, j's elementwise
-        work, dV and dK of j issued, none waited for (the caller waits)."""
-        q_s, do_s, st_s = smems[0], smems[1], smems[4]
-        stage = (c + j) % STAGES
-        nxt = (c + j + 1) % STAGES
-        stats = _query_stats(st_s.index(stage), QRY)
-        mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
-        st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
-        dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK)
-        return st_n, dpt_n, dv, dk
-
-    @gluon.jit
-    def _off_diagonal_groups(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero, qk_scale,
-                             QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
-                             FP8_DK: gl.constexpr, GROUP: gl.constexpr):
-        """`attention_bwd_gluon._off_diagonal`'s products and arithmetic (the same bits), its loop body over GROUP
-        sub-tiles: within a group each sub-tile's dV and dK stay in flight during the next one's elementwise work (in
-        `_off_diagonal` they retire before it: an accumulator in flight across the loop's back edge serializes every
-        wgmma, C7514), and everything retires at the group's end. A stage is handed back once the wait after the
-        next sub-tile's scores has retired its dV and dK (wgmma groups retire in issue order)."""
-        q_s, do_s, st_s = smems[0], smems[1], smems[4]
-        stage = c % STAGES
-        mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-        st, dpt = _fresh_products(k_s, q_s.index(stage), v_s, do_s.index(stage), zero)
-        st, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(st, dpt))
-        for p in range(0, (n_off - 1) // GROUP):
-            for i in gl.static_range(GROUP):
-                j = GROUP * p + i
-                st_n, dpt_n, dv, dk = _group_step(j, c, st, dpt, dv, dk, k_s, v_s, smems, ready, kbs, vbs, itau,
-                                                  isig, zero, qk_scale, QRY, A_L, A8_L, STAGES, FP8_DK)
-                if i < GROUP - 1:  # j + 1's scores retire; j's dV and dK (issued after them) may stay in flight
-                    st, dpt = warpgroup_mma_wait(num_outstanding=2, deps=(st_n, dpt_n))
-                    if i > 0:  # j - 1's dV and dK were issued before j + 1's scores: retired
-                        _release(empty, (c + j - 1) % STAGES)
-                else:
-                    st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-                    if GROUP > 1:
-                        _release(empty, (c + j - 1) % STAGES)
-                    _release(empty, (c + j) % STAGES)
-        for j in range(GROUP * ((n_off - 1) // GROUP), n_off - 1):  # the sub-tiles short of a group, one at a time
-            st_n, dpt_n, dv, dk = _group_step(j, c, st, dpt, dv, dk, k_s, v_s, smems, ready, kbs, vbs, itau, isig,
-                                              zero, qk_scale, QRY, A_L, A8_L, STAGES, FP8_DK)
-            st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
-            _release(empty, (c + j) % STAGES)
-        j = n_off - 1
-        stage = (c + j) % STAGES
-        stats = _query_stats(st_s.index(stage), QRY)
-        dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK)
-        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
-        _release(empty, stage)
-        return dv, dk
-
-    @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
                   sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                  STAGES: gl.constexpr, FP8_DK: gl.constexpr, GROUP: gl.constexpr):
+                  STAGES: gl.constexpr, FP8_DK: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -219,13 +154,9 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for _g in range(G):
-            if n_off > 0:
-                if GROUP > 0:
-                    dv, dk = _off_diagonal_groups(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv,
-                                                  dk, zero, qk_scale, QRY, A_L, A8_L, STAGES, FP8_DK, GROUP)
-                else:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
-                    dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk,
-                                           zero, qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK)
+            if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
+                dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
+                                       qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK)
                 c += n_off
         _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN, D, FP8_DK)
 
@@ -233,7 +164,7 @@ if HAS_GLUON:
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
                         VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, GROUP: gl.constexpr = 0):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -248,7 +179,7 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK, GROUP)),
+                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK))],
@@ -264,13 +195,10 @@ def constexprs() -> dict:
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, group: int = GROUP):
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None):
     """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
     fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
-    (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB. group: off-diagonal sub-tiles per
-    loop body (`GROUP`, one of `GROUPS`; the same bits for each)."""
-    if group not in GROUPS:
-        raise ValueError(f"dK/dV kernel group={group!r}: allowed {', '.join(map(str, GROUPS))}")
+    (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, _, _, vr, vbr = copies
@@ -285,7 +213,7 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, group: i
         (seq // BN, b * hkv),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
          sm_scale, seq, hq // hkv),
-        dict(**constexprs(), FP8_DK=fp8_dk is not None, GROUP=group),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

@@ -5,6 +5,7 @@ the dQ kernel on the caller's stream) and dQ, dK, dV bit for bit against the fir
 sums in the same order).
 
     python scripts/device/dkdv_group_probe.py [--seqs 8192 16384] [--groups 0 2 1 4 0]
+Runs at 89c2aff, where the launch option exists (reverted after this measurement: docs/benchmarks.md, session 24).
 Never imported by the package.
 """
 from __future__ import annotations

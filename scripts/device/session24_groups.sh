@@ -3,7 +3,7 @@
 # sub-tile's dV and dK in flight during the next one's elementwise work) against its one-sub-tile loop: the kernel
 # alone and bit for bit (scripts/device/dkdv_group_probe.py), then fwd+bwd against cuDNN with and without (bench
 # calls in turn). On an H200, also the dQ additions' costs of session24_probe.sh (first measured on an H100).
-#   bash scripts/device/session24_groups.sh
+#   bash scripts/device/session24_groups.sh      # at 89c2aff (the launch option was reverted after it)
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
