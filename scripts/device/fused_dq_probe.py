@@ -1,4 +1,4 @@
-"""Session 24's question before a dQ fused into the dK/dV kernel: what its two new costs are on the H200.
+"""Session 24's question before a dQ fused into the dK/dV kernel: what its two new costs are on a Hopper GPU.
 
 1. `atomics`: dQ summed in fp32 by every key block's program — each adds a [64, BM] tile of dQᵀ (64 head-dim rows,
    BM queries) per query sub-tile into dQacc [B·H, D, S], from the layout a wgmma accumulator of that shape has
