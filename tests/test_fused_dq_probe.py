@@ -16,7 +16,7 @@ def test_each_way_compiles_to_its_instruction():
     assert out.returncode == 0, out.stderr[-2000:]
     ops = dict(line.split(": ", 1) for line in out.stdout.splitlines())
     assert ops == {
-        "nvmma v2": "atom.global.gpu.relaxed.add.v2.f32",  # two consecutive queries a thread: the accumulator's
+        "nvmma v2": "atom.global.gpu.relaxed.add.v2.f32",  # the accumulator's layout: two consecutive queries a thread
         "blocked v4": "atom.global.gpu.relaxed.add.v4.f32",
         "stores": "st.global.v4.b32",
         "tma reduce": "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group",
