@@ -3,7 +3,8 @@
 // BN keys: for every 32-query sub-tile from its first key to S it adds one [D, 32] fp32 dQᵀ tile (16 KB, staged in
 // shared memory) into dQacc, laid out tile-contiguous ([B·H, S/32, D, 32]) so that one
 // `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32` moves a whole tile. Prints GB of additions, ms, TB/s.
-// No Gluon primitive issues this instruction in Triton 3.6 (its Hopper `tma` module has copies only), hence CUDA.
+// No Gluon primitive issues this non-tensor form in Triton 3.6, hence CUDA (the tensor form, a TMA reduce-add, is
+// reachable through Gluon's builder: fused_dq_probe._reduce_add).
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o bulk_reduce_probe scripts/device/bulk_reduce_probe.cu
 //   ./bulk_reduce_probe [S=8192] [BH=64]
 #include <cstdio>
