@@ -51,6 +51,7 @@ from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
+from .dq_from_ds import dq_from_ds
 from .dv_row_scale import dv_row_scale_fast
 from .formats import FP8_TINY
 from .reference import DS_TILE, dk_row_scale, dq_row_scale, unpack_stats
@@ -464,6 +465,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dk = config.pop("fp8_dk", False)
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
+    ds_out = config.pop("ds_out", False)
     if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
@@ -538,9 +540,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
-    # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then
-    side = (_side_stream(q.vals.device, dq_stream) if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq
-            else None)
+    if ds_out and not (on_gluon and ws_dkdv and which == "both" and not (fp8_dk or fp8_dq) and dq_mode == "kernel"):
+        raise ValueError("backward config ds_out=True: the warp-specialized Gluon dK/dV kernel computing dK, dV and "
+                         "dQ (sm_90, the fp8 fast path's launch with ws_dkdv, dq='kernel', no fp8_dk / fp8_dq)")
+    ds_buf = attention_bwd_gluon.ds_buffer(b, hq, seq, q.vals.device) if ds_out else None
+    # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then; ds_out's dQ
+    # product reads what the dK/dV kernel wrote
+    side = (_side_stream(q.vals.device, dq_stream)
+            if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq and not ds_out else None)
     if side is not None:  # dQ's inputs are queued: from here the side stream may run beside the dK/dV kernel
         side.wait_stream(torch.cuda.current_stream())
     if on_gluon and which != "dq":
@@ -551,7 +558,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dk_row_scale(q.scale, do, delta, unpack_stats(lse2, moff)[1], v.scale, v.off.per_token_scale(),
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
-            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
+            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe, ds_out=ds_buf)
         else:
             dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:
@@ -561,6 +568,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                                            **config)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
+    elif ds_buf is not None:
+        dq = dq_from_ds(ds_buf, kbf, kbbf, b, hq, seq, sm_scale)
+        del ds_buf
     else:
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None

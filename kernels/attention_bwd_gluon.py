@@ -66,6 +66,7 @@ if HAS_GLUON:
 # half the L2 reads) ran slower on the H200: 5.36-5.41 ms against 4.40-4.49 at S = 8k (session11_wide.sh)
 BN = 64
 BM = 32  # queries per sub-tile
+DS_QB = 128  # queries per tile of the dS buffer (`ds_buffer`): the dQ-from-dS kernel's rows per program
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
 # The Triton kernels' fast-path launch (`attention_bwd.launch_config`) that the Gluon kernels stand in for
@@ -100,6 +101,8 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 
 
 if HAS_GLUON:
+
+    _DS_QB = gl.constexpr(DS_QB)
 
     @gluon.jit
     def _init_ring(STAGES: gl.constexpr):
@@ -141,21 +144,44 @@ if HAS_GLUON:
                 _stats_row(st_s, 3, QRY), _stats_row(st_s, 4, QRY))
 
     @gluon.jit
-    def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
-        """dSᵀ in bf16, `_kv_tile`'s expression: (p / l)(dP - delta), times s_q (dK's partner fold)."""
+    def _dst(pt, dpt, sv, linv, delta, sdo):
+        """dSᵀ in fp32, `_kv_tile`'s expression: (p / l)(dP - delta)."""
         dpt = dpt * (sv * sdo[None, :])
-        dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
-        return (dst * qs[None, :]).to(gl.bfloat16)
+        return (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
+
+    @gluon.jit
+    def _dst_bf16(pt, dpt, sv, qs, linv, delta, sdo):
+        """dSᵀ in bf16, times s_q (dK's partner fold)."""
+        return (_dst(pt, dpt, sv, linv, delta, sdo) * qs[None, :]).to(gl.bfloat16)
+
+    @gluon.jit
+    def _store_ds(dst, kscale, yout, c):
+        """DS_OUT: this sub-tile's dS·s_k in bf16 (the dQ kernel's A operand, `dq_from_ds`: the same expression as
+        `_dq_gluon_kernel`'s y) into the program's ring of two shared tiles and from there by TMA to its place in
+        the dS buffer (`ds_buffer`). One barrier a sub-tile: the wait for the other tile's store (issued a
+        sub-tile ago) comes before it, so that tile is free for the next sub-tile."""
+        y_s, y_desc, row, col = yout
+        buf = y_s.index(c % 2)
+        buf.store((dst * kscale).to(gl.bfloat16))
+        fence_async_shared()
+        tma.store_wait(0)
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(y_desc, [row, col], buf)
 
     @gluon.jit
     def _dk_operand(pt, dpt, sv, qs, linv, delta, sdo, isig, A_L: gl.constexpr, A8_L: gl.constexpr,
-                    FP8_DK: gl.constexpr):
+                    FP8_DK: gl.constexpr, kscale=0, yout=0, c=0, DS_OUT: gl.constexpr = False):
         """The dK product's A operand: dSᵀ·s_q in bf16 (`_dst_bf16`), or FP8_DK (launch option fp8_dk, a probe) its
-        E4M3 under the key row's bound scale (isig = 1/ρ per key, `reference.dk_row_scale`)."""
+        E4M3 under the key row's bound scale (isig = 1/ρ per key, `reference.dk_row_scale`). DS_OUT: dS·kscale
+        stored for the dQ kernel on the way (`_store_ds`)."""
         if FP8_DK:
             dpt = dpt * (sv * sdo[None, :])
             dst = (pt * (linv * (1.0 / 256.0))[None, :]) * (dpt - delta[None, :])
             return gl.convert_layout(((dst * qs[None, :]) * isig[:, None]).to(gl.float8e4nv), A8_L)
+        elif DS_OUT:
+            dst = _dst(pt, dpt, sv, linv, delta, sdo)
+            _store_ds(dst, kscale, yout, c)
+            return gl.convert_layout((dst * qs[None, :]).to(gl.bfloat16), A_L)
         else:
             return gl.convert_layout(_dst_bf16(pt, dpt, sv, qs, linv, delta, sdo), A_L)
 
@@ -175,7 +201,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L: gl.constexpr, A8_L: gl.constexpr,
-                      FP8_DK: gl.constexpr):
+                      FP8_DK: gl.constexpr, yout=0, c=0, DS_OUT: gl.constexpr = False):
         """The dV and dK products' A operands of an off-diagonal sub-tile (`_kv_tile` with the
         token-block copies: one K and one V scale for the tile; stats: its queries' `_query_stats`): Pᵀ·s_dO in
         E4M3 (`_dv_operand`), dSᵀ in bf16."""
@@ -183,11 +209,12 @@ if HAS_GLUON:
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         return (_dv_operand(pt, linv, sdo, itau, A8_L),
-                _dk_operand(pt, dpt, vbs, qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK))
+                _dk_operand(pt, dpt, vbs, qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK, kbs, yout, c, DS_OUT))
 
     @gluon.jit
     def _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero, qk_scale,
-                       QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, FP8_DK: gl.constexpr):
+                       QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, FP8_DK: gl.constexpr, yout=0, c=0,
+                       DS_OUT: gl.constexpr = False):
         """dV and dK of a diagonal sub-tile (its operands in ring stage `stage`, waited for), accumulated and
         waited for: `_kv_tile`'s per-token K and V and the causal mask."""
         q_s, do_s, qb_s, dot_s, st_s = smems
@@ -200,20 +227,35 @@ if HAS_GLUON:
         pt = gl.exp2(st - (m - 8.0)[None, :])
         dv = warpgroup_mma(_dv_operand(pt, linv, sdo, itau, A8_L), dot_s.index(stage).permute((1, 0)), dv,
                            is_async=True)
-        ds = _dk_operand(pt, dpt, vs[:, None], qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK)
+        ds = _dk_operand(pt, dpt, vs[:, None], qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK, ks[:, None], yout, c,
+                         DS_OUT)
         dk = _dk_product(ds, qb_s.index(stage), dk, FP8_DK)
         return warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
 
     @gluon.jit
     def _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L: gl.constexpr,
-                      A8_L: gl.constexpr, FP8_DK: gl.constexpr):
+                      A8_L: gl.constexpr, FP8_DK: gl.constexpr, yout=0, c=0, DS_OUT: gl.constexpr = False):
         """dV and dK of an off-diagonal sub-tile from its Sᵀ, dPᵀ and query statistics (`_off_operands`), issued,
         not waited for."""
         q_s, do_s, qb_s, dot_s, st_s = smems
-        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L, A8_L, FP8_DK)
+        y8, ds = _off_operands(st, dpt, kbs, vbs, itau, isig, qk_scale, stats, A_L, A8_L, FP8_DK, yout, c, DS_OUT)
         dv = warpgroup_mma(y8, dot_s.index(stage).permute((1, 0)), dv, is_async=True)
         dk = _dk_product(ds, qb_s.index(stage), dk, FP8_DK)
         return dv, dk
+
+    @gluon.jit
+    def _ds_place(ybase, lo, DS_OUT: gl.constexpr):
+        """Where the sub-tile of queries lo.. goes in the dS buffer (`ds_buffer`): ybase = (its shared ring, its
+        TMA descriptor, the tile index of this head's query block 0 at the program's key block); a tile holds
+        one key block's [BN, DS_QB] scores, the query blocks' tiles one after another (qb + 1 ... of them: qb(qb + 1)
+        before block qb's), so (tile row, column) of the box."""
+        if DS_OUT:
+            y_s, y_desc, tile0 = ybase
+            BN: gl.constexpr = y_desc.block_type.shape[0]
+            qb = lo // _DS_QB
+            return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB
+        else:
+            return ybase
 
     @gluon.jit
     def _release(empty, stage):
@@ -236,7 +278,8 @@ if HAS_GLUON:
     @gluon.jit
     def _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero, qk_scale, bh, lo,
                       descs, S, QRY: gl.constexpr, A_L: gl.constexpr, A8_L: gl.constexpr, STAGES: gl.constexpr,
-                      BM: gl.constexpr, STATS_ROWS: gl.constexpr, WS: gl.constexpr, FP8_DK: gl.constexpr = False):
+                      BM: gl.constexpr, STATS_ROWS: gl.constexpr, WS: gl.constexpr, FP8_DK: gl.constexpr = False,
+                      ybase=0, ylo=0, DS_OUT: gl.constexpr = False):
         """dV and dK over one query head's n_off > 0 off-diagonal sub-tiles, ring stages c.. (their first ones
         loaded or in flight): Sᵀ and dPᵀ of sub-tile j + 1 in flight during the elementwise work of j, each stage
         given up once its products retire (`_done_with`; WS: the warp-specialized kernel's consumer)."""
@@ -254,7 +297,7 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
             st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
             dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L,
-                                   FP8_DK)
+                                   FP8_DK, _ds_place(ybase, ylo + j * BM, DS_OUT), c + j, DS_OUT)
             # everything retires here: an accumulator still in flight across the loop's back edge
             # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
             st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
@@ -262,7 +305,8 @@ if HAS_GLUON:
         j = n_off - 1
         stage = (c + j) % STAGES
         stats = _query_stats(st_s.index(stage), QRY)
-        dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK)
+        dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK,
+                               _ds_place(ybase, ylo + j * BM, DS_OUT), c + j, DS_OUT)
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
         _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
         return dv, dk
@@ -579,6 +623,20 @@ def _cols_desc(t, cols: int, dtype):
     d = t.shape[-2]
     return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), [d, cols],
                                         nvmma_layout((d, cols), dtype))
+
+
+def ds_buffer(b: int, hq: int, seq: int, device) -> torch.Tensor:
+    """The dS buffer of launch option `ds_out`: for each query head, each block of DS_QB queries and each of the
+    2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] bf16 tile of dS·s_k with the keys as rows
+    (the dK/dV kernel's orientation), the tiles of query block qb after those of blocks 0..qb − 1 (qb(qb + 1)
+    of them). Causal, so half the square: S² bytes a head."""
+    n_qb = seq // DS_QB
+    return torch.empty(b * hq * n_qb * (n_qb + 1) * BN, DS_QB, dtype=torch.bfloat16, device=device)
+
+
+def ds_descriptor(buf: torch.Tensor, rows: int, cols: int):
+    """A TMA descriptor over the dS buffer in [rows, cols] boxes (the dK/dV kernel's sub-tiles: keys × queries)."""
+    return TensorDescriptor.from_tensor(buf, [rows, cols], nvmma_layout((rows, cols), gl.bfloat16))
 
 
 # the statistics' boxes, unswizzled: each row is read as one vector

@@ -41,8 +41,10 @@ if HAS_GLUON:
     )
 
     from .attention_bwd_gluon import (
+        _DS_QB,
         _diag_sub_tile,
         _dkdv_smem,
+        _ds_place,
         _issue_sub_tile,
         _off_diagonal,
         _release,
@@ -104,8 +106,8 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
-                  sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                  STAGES: gl.constexpr, FP8_DK: gl.constexpr):
+                  sm_scale, S, G, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
+                  STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -137,13 +139,16 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 0)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
-        for _g in range(G):  # the query heads sharing this K / V head, in the producer's order
+        n_qb = S // _DS_QB
+        for g in range(G):  # the query heads sharing this K / V head, in the producer's order
+            ybase = (y_s, y_desc, (bhk * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))  # `_ds_place`
             for j in range(n_diag):
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero,
-                                        qk_scale, QRY, A_L, A8_L, FP8_DK)
+                                        qk_scale, QRY, A_L, A8_L, FP8_DK, _ds_place(ybase, first + j * BM, DS_OUT), c,
+                                        DS_OUT)
                 _release(empty, stage)
                 c += 1
         mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
@@ -153,20 +158,28 @@ if HAS_GLUON:
         vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
-        for _g in range(G):
+        for g in range(G):
+            ybase = (y_s, y_desc, (bhk * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
                 dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
-                                       qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK)
+                                       qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK, ybase,
+                                       (t + 1) * TB, DS_OUT)
                 c += n_off
+        if DS_OUT:
+            tma.store_wait(0)  # the dS tiles' stores have read their shared memory before the program ends
         _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN, D, FP8_DK)
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, D: gl.constexpr, BN: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, D: gl.constexpr, BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
+        if DS_OUT:  # two tiles of dS·s_k on their way to the dS buffer (`_store_ds`)
+            y_s = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+        else:
+            y_s = k_s  # unread
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -179,7 +192,7 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, D, BN, BM, TB, STAGES, FP8_DK)),
+                         qk_scale, sm_scale, S, G, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK))],
@@ -195,7 +208,7 @@ def constexprs() -> dict:
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None):
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None):
     """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
     fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB."""
@@ -209,11 +222,12 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None):
     if fp8_dk is not None:
         q8t, rho = fp8_dk
         descs[2] = fused._cols_desc(q8t, BM, gl.float8e4nv)
+    y_desc = descs[2] if ds_out is None else fused.ds_descriptor(ds_out, BN, BM)  # unread without ds_out
     _LAUNCH(
         (seq // BN, b * hkv),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
-         sm_scale, seq, hq // hkv),
-        dict(**constexprs(), FP8_DK=fp8_dk is not None),
+         sm_scale, seq, hq // hkv, y_desc),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

@@ -251,12 +251,13 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's); fp8_dk (ws only): with its dK product in FP8 (launch
-    option fp8_dk, against Q8ᵀ)."""
+    option fp8_dk, against Q8ᵀ); ds_out (ws only): storing dS for `dq_from_ds` (launch option ds_out)."""
     import torch
+    from triton.runtime.jit import mangle_type
 
     _import_kernels()
     from flamia_kernels import attention_bwd_gluon as G
@@ -277,11 +278,16 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False) -> dict:
 
         descs[2] = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BM, gl.float8e4nv)  # Q8ᵀ
         consts = {**consts, "FP8_DK": True}
-    ptx = _compile_gluon(kernel, descs, ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"],
-                         consts, options)
+    kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"]
+    if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
+        y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu"), G.BN, G.BM) if ds_out else descs[2]
+        kinds.append(mangle_type(y_desc))
+        consts = {**consts, "DS_OUT": ds_out}
+    ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
-            + (":fp8dk" if fp8_dk else ""), **ptxas_report(ptx), "mma": mma_kinds(ptx)}
+            + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else ""), **ptxas_report(ptx),
+            "mma": mma_kinds(ptx)}
 
 
 def _bwd_gluon_width() -> int:

@@ -662,6 +662,28 @@ def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
     assert all(same) and torch.equal(doubled, want[0].float() * 2), same
 
 
+@pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 256)])
+def test_gpu_ds_out_matches_the_dq_kernel(shape, monkeypatch):
+    """Launch option ds_out: the ws dK/dV kernel stores dS·s_k and `dq_from_ds` multiplies it by K. dK and dV keep
+    their bits; dQ is the dQ kernel's sums of the same bf16 products in another order (GQA, B > 1, one token block
+    of diagonal only, S not a power of two)."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(*shape, 128, seed=61)
+    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
+    got = attention_bwd.backward(*args, config={**base, "ds_out": True})
+    assert calls, "dq_from_ds never ran"
+    rel = _rel(got[0], want[0])
+    same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
+    print(f"\nds_out {shape}: dQ rel-L2 vs the dQ kernel {rel:.2e} (bit-identical {torch.equal(got[0], want[0])}); "
+          f"dK, dV bit-identical {same}")
+    assert all(same) and rel <= 2e-3 and got[0].isfinite().all() and got[0].abs().sum() > 0
+
+
 @pytest.mark.parametrize("bn", [64, 32])
 def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)

@@ -1,0 +1,95 @@
+"""dQ as a product of stored dS (launch option `ds_out`): the dK/dV kernel writes dS, this kernel multiplies it by K.
+
+The two-kernel backward computes S, dP, P and dS twice for every (query, key) tile pair: once in the dK/dV kernel
+(keys as rows) and again in the dQ kernel (queries as rows), three products of the seven and the elementwise work
+between them. With `ds_out` the warp-specialized dK/dV kernel (`attention_dkdv_ws`, `DS_OUT`) stores each
+sub-tile's dS·s_k in bf16 — the value the dQ kernel would form (`attention_bwd_gluon._dq_gluon_kernel`'s y) — into
+a causal buffer (`attention_bwd_gluon.ds_buffer`: S² bytes a query head), and dQ = dS·K is then a plain product
+over it: no exponentials, no statistics, one bf16 wgmma a key block, bound by reading the buffer once.
+
+Layout: the buffer holds, for each query head and each block of QB = 128 queries qb, the 2(qb + 1) key blocks of
+BN = 64 up to and including its diagonal token block, each a [BN, QB] tile with the keys as rows; the tiles of block
+qb follow those of blocks 0..qb − 1. Off the diagonal the tiles were formed against K's token-block copy (s_kb), so
+they multiply bf16(KB8) (`attention_bwd_copies`' KBBF); on the diagonal against the per-token bytes (s_k), KBF. The
+dK/dV kernel writes a key block's tile only from its first key on: in the diagonal token block's second key block
+the queries before it were never written, so they are masked here (they lie above the diagonal; every query the
+kernel did write beyond its own position is an exact zero, P being 0 there).
+
+dQ = sm_scale · Σ tiles, in fp32 (a bf16 product accumulates in fp32 on the tensor cores), as the dQ kernel sums
+the same bf16 products: the same terms, summed in another order.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._triton_env import HAS_TRITON, INTERPRET
+from .relaunch import Relaunch
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+QB = 128  # queries per program = per tile of the dS buffer (attention_bwd_gluon.DS_QB)
+BN = 64  # keys per tile (the dK/dV kernel's keys per program)
+TB = 128  # the forward's token block: its key blocks use K's per-token bytes
+WARPS, STAGES = 8, 3
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _ds_tile(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr):
+        """Tile `tile` of the dS buffer: [BN keys, QB queries]."""
+        return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :])
+
+    @triton.jit
+    def _add_product(acc, yt, kt, INTERP: tl.constexpr):
+        """acc + ytᵀ·kt, a bf16 product accumulated in fp32 (the interpreter multiplies bf16 bit patterns as
+        integers, so there the exact fp32 values go in: `attention_quant.mma`)."""
+        if INTERP:
+            return tl.dot(tl.trans(yt).to(tl.float32), kt.to(tl.float32), acc)
+        else:
+            return tl.dot(tl.trans(yt), kt, acc)
+
+    @triton.jit
+    def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, D: tl.constexpr, QB: tl.constexpr, BN: tl.constexpr,
+                           TB: tl.constexpr, INTERP: tl.constexpr):
+        qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
+        bh = tl.program_id(1)
+        n_qb = S // QB
+        tile0 = bh * (n_qb * (n_qb + 1)) + qb * (qb + 1)
+        first = qb * QB
+        n_off = first // TB * TB // BN  # key blocks before the diagonal token block
+        offs_k = tl.arange(0, BN)
+        offs_q = tl.arange(0, QB)
+        offs_d = tl.arange(0, D)
+        k_rows = (bh // G).to(tl.int64) * S + offs_k
+        acc = tl.zeros([QB, D], tl.float32)
+        for kb in range(0, n_off):  # off the diagonal: against the token-block copy
+            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
+            kt = tl.load(KBBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
+            acc = _add_product(acc, yt, kt, INTERP)
+        for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
+            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
+            # queries before the block were never written (bf16 zeros: a bf16 product)
+            yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
+            kt = tl.load(KBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
+            acc = _add_product(acc, yt, kt, INTERP)
+        out = (bh.to(tl.int64) * S + first + offs_q)[:, None] * D + offs_d[None, :]
+        tl.store(DQ + out, (acc * sm_scale).to(tl.bfloat16))
+
+
+_LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
+
+
+def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,
+               sm_scale: float) -> torch.Tensor:
+    """dQ [B, Hq, S, D] bf16 from the dS buffer (`attention_bwd_gluon.ds_buffer`, filled by the dK/dV kernel's
+    `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]."""
+    d = kbf.shape[-1]
+    if seq % QB:
+        raise ValueError(f"dq_from_ds: sequence length {seq} is not a multiple of {QB}")
+    out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
+    _LAUNCH((seq // QB, b * hq), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1]),
+            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
+    return out

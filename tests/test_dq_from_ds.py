@@ -1,0 +1,61 @@
+"""`dq_from_ds` (launch option ds_out's dQ product, Triton, here under the interpreter): dQ from a dS buffer laid out
+as the warp-specialized dK/dV kernel writes it, against the same sums in PyTorch, on fresh random values, under GQA;
+the tiles' unwritten places hold NaN, so a product that read one would show it."""
+import pytest
+import torch
+from flamia_kernels.attention_bwd_gluon import BN, DS_QB
+from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
+
+
+def _pack(y: torch.Tensor) -> torch.Tensor:
+    """The dS buffer of y [B, Hq, S (queries), S (keys)] (`attention_bwd_gluon.ds_buffer`'s layout): per head and
+    query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1; where the dK/dV kernel writes
+    nothing (queries before a key block's first key) NaN."""
+    b, hq, seq, _ = y.shape
+    n_qb = seq // QB
+    tiles = []
+    for bh in range(b * hq):
+        yb = y.reshape(b * hq, seq, seq)[bh]
+        for qb in range(n_qb):
+            for kb in range((qb + 1) * QB // BN):
+                t = yb[qb * QB:(qb + 1) * QB, kb * BN:(kb + 1) * BN].t().clone()  # [keys, queries]
+                queries = qb * QB + torch.arange(QB)
+                t[:, queries < kb * BN] = float("nan")
+                tiles.append(t)
+    return torch.cat(tiles).to(torch.bfloat16)
+
+
+def _want(y, kbf, kbbf, sm_scale):
+    """sm_scale · Σ_k y[q, k] · K[k], K the token-block copy's rows where k's token block precedes q's, else the
+    per-token rows; causal (k ≤ q), in fp32 over the bf16 values."""
+    b, hq, seq, _ = y.shape
+    g = hq // kbf.shape[1]
+    q_blk = torch.arange(seq)[:, None] // TB
+    k_blk = torch.arange(seq)[None, :] // TB
+    causal = torch.arange(seq)[None, :] <= torch.arange(seq)[:, None]
+    yb = y.to(torch.bfloat16).float() * causal
+    off = (k_blk < q_blk).float()
+    kf, kbf_f = (x.float().repeat_interleave(g, 1) for x in (kbbf, kbf))
+    return (sm_scale * ((yb * off) @ kf + (yb * (1 - off)) @ kbf_f)).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
+def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
+    assert QB == DS_QB
+    gen = torch.Generator().manual_seed(seq + hq)
+    y = torch.randn(b, hq, seq, seq, generator=gen)
+    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None], y, 0.0)  # P = 0 above the diagonal
+    kbf = torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16)
+    kbbf = torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16)
+    got = dq_from_ds(_pack(y), kbf, kbbf, b, hq, seq, 0.125)
+    want = _want(y, kbf, kbbf, 0.125)
+    assert got.isfinite().all()
+    assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+    # the token-block copy's rows matter off the diagonal: with the per-token rows everywhere the sums differ
+    assert not torch.allclose(got.float(), _want(y, kbf, kbf, 0.125).float(), rtol=1e-2, atol=1e-2)
+
+
+def test_dq_from_ds_rejects_a_length_off_its_blocks():
+    with pytest.raises(ValueError, match="multiple of 128"):
+        dq_from_ds(torch.empty(0, 128, dtype=torch.bfloat16), torch.empty(1, 1, 320, 128, dtype=torch.bfloat16),
+                   torch.empty(1, 1, 320, 128, dtype=torch.bfloat16), 1, 1, 320, 1.0)
