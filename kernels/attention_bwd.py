@@ -394,11 +394,15 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
-                "dq_stream": "high"}
+                "dq_stream": "high", "ds_out": DS_OUT_BUDGET}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
 DQ_MODES = ("kernel", "atomic")
+# launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
+# once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
+# no head fits and the dQ kernel runs, with the same bits)
+DS_OUT_BUDGET = 5 << 30
 
 
 def _fold_rows(v_scale: torch.Tensor, block: int, causal: bool):
@@ -465,7 +469,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dk = config.pop("fp8_dk", False)
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
-    ds_out = config.pop("ds_out", False)
+    ds_out = config.pop("ds_out", 0)
+    if isinstance(ds_out, bool) or not isinstance(ds_out, int) or ds_out < 0:
+        raise ValueError(f"backward config ds_out={ds_out!r}: allowed a workspace budget in bytes (an int >= 0; 0: "
+                         f"off)")
     if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
@@ -540,14 +547,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
-    if ds_out and not (on_gluon and ws_dkdv and which == "both" and not (fp8_dk or fp8_dq) and dq_mode == "kernel"):
-        raise ValueError("backward config ds_out=True: the warp-specialized Gluon dK/dV kernel computing dK, dV and "
-                         "dQ (sm_90, the fp8 fast path's launch with ws_dkdv, dq='kernel', no fp8_dk / fp8_dq)")
-    ds_buf = attention_bwd_gluon.ds_buffer(b, hq, seq, q.vals.device) if ds_out else None
+    # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, none of the FP8 dS probes): K / V heads per
+    # dS buffer; 0: the dQ kernel instead
+    ds_heads = (ds_out_heads(ds_out, hq // hkv, seq)
+                if on_gluon and ws_dkdv and which == "both" and not (fp8_dk or fp8_dq) and dq_mode == "kernel" else 0)
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then; ds_out's dQ
     # product reads what the dK/dV kernel wrote
     side = (_side_stream(q.vals.device, dq_stream)
-            if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq and not ds_out else None)
+            if dq_stream and q.vals.is_cuda and which == "both" and not fp8_dq and not ds_heads else None)
     if side is not None:  # dQ's inputs are queued: from here the side stream may run beside the dK/dV kernel
         side.wait_stream(torch.cuda.current_stream())
     if on_gluon and which != "dq":
@@ -558,7 +565,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dk_row_scale(q.scale, do, delta, unpack_stats(lse2, moff)[1], v.scale, v.off.per_token_scale(),
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
-            dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe, ds_out=ds_buf)
+            if ds_heads:
+                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_heads, (dk, dv))
+            else:
+                dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
         else:
             dk, dv = attention_bwd_gluon.dkdv(q, k, v, do, copies, stats, tau, sm_scale)
     elif which != "dq" or fuse:
@@ -568,9 +578,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                                            **config)
     if fuse:
         dq = dqa.mul_(sm_scale).to(torch.bfloat16)  # the dQ kernel's to_bf16(dq · sm_scale): RNE
-    elif ds_buf is not None:
-        dq = dq_from_ds(ds_buf, kbf, kbbf, b, hq, seq, sm_scale)
-        del ds_buf
+    elif ds_heads:
+        pass  # dQ came with dK and dV
     else:
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
@@ -595,6 +604,30 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         torch.cuda.current_stream().wait_stream(side)
         dq.record_stream(torch.cuda.current_stream())
     return dq, dk, dv
+
+
+def ds_out_heads(budget: int, group: int, seq: int) -> int:
+    """K / V heads whose dS buffers (`attention_bwd_gluon.ds_buffer`, `group` query heads each) fit `budget` bytes
+    (launch option ds_out); 0 where not even one does (the backward then runs the dQ kernel: the same bits)."""
+    return budget // (group * attention_bwd_gluon.ds_buffer_bytes(seq))
+
+
+def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, heads: int, out):
+    """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
+    the ws dK/dV kernel fills one dS buffer and `dq_from_ds` reads it, one after the other on this stream, so the
+    buffer (reused by every chunk) never holds more than the budget."""
+    b, hq, seq, d = q.vals.shape
+    hkv = k.vals.shape[1]
+    g = hq // hkv
+    chunks = -(-b * hkv // heads)
+    heads = -(-b * hkv // chunks)  # as many chunks as the budget needs, of even size: no chunk is a short tail
+    buf = attention_bwd_gluon.ds_buffer(1, heads * g, seq, q.vals.device)
+    dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    for h0 in range(0, b * hkv, heads):
+        kv = range(h0, min(h0 + heads, b * hkv))
+        attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
+        dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq)
+    return dq
 
 
 _SIDE_STREAMS: dict = {}

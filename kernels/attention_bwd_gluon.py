@@ -625,6 +625,12 @@ def _cols_desc(t, cols: int, dtype):
                                         nvmma_layout((d, cols), dtype))
 
 
+def ds_buffer_bytes(seq: int) -> int:
+    """Bytes of one query head's share of the dS buffer (`ds_buffer`): S² + DS_QB·S."""
+    n_qb = seq // DS_QB
+    return n_qb * (n_qb + 1) * BN * DS_QB * 2
+
+
 def ds_buffer(b: int, hq: int, seq: int, device) -> torch.Tensor:
     """The dS buffer of launch option `ds_out`: for each query head, each block of DS_QB queries and each of the
     2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] bf16 tile of dS·s_k with the keys as rows

@@ -74,13 +74,13 @@ if HAS_GLUON:
         _issue_sub_tile(0, c, bh, lo, descs, smems, ready, STAGES, BM, S, STATS_ROWS, FP8_DK)
 
     @gluon.jit
-    def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G,
+    def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0,
                   BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
                   STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr):
         """Every TMA copy of the program, in the consumer's order (`_consumer`)."""
         k_desc, kb_desc, vr_desc, vbr_desc = kv_descs
         first = gl.program_id(0) * BN
-        bhk = gl.program_id(1)
+        bhk = gl.program_id(1) + BH0
         t = first // TB
         mbarrier.expect(kv_ready, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_ready, k_s)
@@ -106,8 +106,8 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
-                  sm_scale, S, G, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr,
-                  STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
+                  sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
+                  TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -120,7 +120,7 @@ if HAS_GLUON:
         QRY: gl.constexpr = gl.SliceLayout(0, S_L)
 
         first = gl.program_id(0) * BN
-        bhk = gl.program_id(1)
+        bhk = gl.program_id(1) + BH0  # the launch covers K / V heads BH0.. (`dkdv`'s chunks)
         t = first // TB
         rb = bhk.to(gl.int64) * (S // TB) + t
         offs_n = first + gl.arange(0, BN, layout=KEY)
@@ -141,7 +141,8 @@ if HAS_GLUON:
         n_diag = ((t + 1) * TB - first) // BM
         n_qb = S // _DS_QB
         for g in range(G):  # the query heads sharing this K / V head, in the producer's order
-            ybase = (y_s, y_desc, (bhk * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))  # `_ds_place`
+            # `_ds_place`: the buffer holds this launch's query heads only
+            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
             for j in range(n_diag):
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
@@ -159,7 +160,7 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):
-            ybase = (y_s, y_desc, (bhk * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
+            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
                 dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
                                        qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK, ybase,
@@ -171,7 +172,8 @@ if HAS_GLUON:
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, D: gl.constexpr, BN: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, BH0, D: gl.constexpr,
+                        BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
@@ -192,9 +194,9 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
+                         qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
-                         smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BN, BM, TB,
+                         smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK))],
             [1], [PRODUCER_REGS])
 
@@ -208,15 +210,21 @@ def constexprs() -> dict:
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None):
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None, heads=None, out=None):
     """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
     fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
-    (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB."""
+    (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB. ds_out (launch option ds_out): the
+    dS buffer (`attention_bwd_gluon.ds_buffer`) of the query heads of `heads`, filled for `dq_from_ds`; heads: the
+    flat K / V heads (b·Hkv + h) range this launch covers (all by default), out: (dK, dV) to write them into."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, _, _, vr, vbr = copies
-    dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-    dv = torch.empty_like(dk)
+    heads = range(b * hkv) if heads is None else heads
+    if out is None:
+        dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+        dv = torch.empty_like(dk)
+    else:
+        dk, dv = out
     descs = list(fused.descriptors(q, k, do, qb, dot, vr, vbr, stats))
     rho = tau  # unread without fp8_dk
     if fp8_dk is not None:
@@ -224,9 +232,9 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
         descs[2] = fused._cols_desc(q8t, BM, gl.float8e4nv)
     y_desc = descs[2] if ds_out is None else fused.ds_descriptor(ds_out, BN, BM)  # unread without ds_out
     _LAUNCH(
-        (seq // BN, b * hkv),
+        (seq // BN, len(heads)),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
-         sm_scale, seq, hq // hkv, y_desc),
+         sm_scale, seq, hq // hkv, y_desc, heads.start),
         dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )

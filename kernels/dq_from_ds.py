@@ -52,12 +52,12 @@ if HAS_TRITON:
             return tl.dot(tl.trans(yt), kt, acc)
 
     @triton.jit
-    def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, D: tl.constexpr, QB: tl.constexpr, BN: tl.constexpr,
-                           TB: tl.constexpr, INTERP: tl.constexpr):
+    def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
+                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
-        bh = tl.program_id(1)
+        bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
-        tile0 = bh * (n_qb * (n_qb + 1)) + qb * (qb + 1)
+        tile0 = tl.program_id(1) * (n_qb * (n_qb + 1)) + qb * (qb + 1)
         first = qb * QB
         n_off = first // TB * TB // BN  # key blocks before the diagonal token block
         offs_k = tl.arange(0, BN)
@@ -83,13 +83,16 @@ _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
 
 
 def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,
-               sm_scale: float) -> torch.Tensor:
+               sm_scale: float, heads: range | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """dQ [B, Hq, S, D] bf16 from the dS buffer (`attention_bwd_gluon.ds_buffer`, filled by the dK/dV kernel's
-    `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]."""
+    `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]. heads: the flat query
+    heads (b·Hq + h) the buffer holds, in order (all by default); out: the dQ tensor to write their rows into."""
     d = kbf.shape[-1]
     if seq % QB:
         raise ValueError(f"dq_from_ds: sequence length {seq} is not a multiple of {QB}")
-    out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
-    _LAUNCH((seq // QB, b * hq), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1]),
+    heads = range(b * hq) if heads is None else heads
+    if out is None:
+        out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
+    _LAUNCH((seq // QB, len(heads)), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
             dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
     return out

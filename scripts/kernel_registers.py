@@ -281,7 +281,7 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
     kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"]
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu"), G.BN, G.BM) if ds_out else descs[2]
-        kinds.append(mangle_type(y_desc))
+        kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
         consts = {**consts, "DS_OUT": ds_out}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
@@ -366,7 +366,8 @@ def main(argv=None) -> int:
                 ws = _bwd_gluon_width() == 64
                 reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
-                    reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False)]
+                    reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False),
+                                (gluon_dkdv_report(True, ds_out=True), False)]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):

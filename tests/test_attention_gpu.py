@@ -662,26 +662,32 @@ def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
     assert all(same) and torch.equal(doubled, want[0].float() * 2), same
 
 
-@pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 256)])
-def test_gpu_ds_out_matches_the_dq_kernel(shape, monkeypatch):
-    """Launch option ds_out: the ws dK/dV kernel stores dS·s_k and `dq_from_ds` multiplies it by K. dK and dV keep
-    their bits; dQ is the dQ kernel's sums of the same bf16 products in another order (GQA, B > 1, one token block
-    of diagonal only, S not a power of two)."""
-    from flamia_kernels import AttentionSpec, attention_bwd
+@pytest.mark.parametrize("shape,chunk", [((2, 8, 2, 1920), 4), ((2, 8, 2, 1920), 1), ((1, 4, 4, 256), 4)])
+def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
+    """Launch option ds_out (the fast path's default): the ws dK/dV kernel stores dS·s_k and `dq_from_ds` multiplies
+    it by K, per chunk of `chunk` K / V heads under the workspace budget. dQ, dK and dV keep the bits of the dQ kernel
+    and the dK/dV kernel without it (GQA, B > 1, chunks across the batch, one token block of diagonal only, S not a
+    power of two); a budget below one head's buffer runs the dQ kernel."""
+    from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
     spec = AttentionSpec.parse("fp8")
-    q, k, v, do = _inputs(*shape, 128, seed=61)
+    b, hq, hkv, seq = shape
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=61)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
     base = attention_bwd.launch_config(128, spec.ds)
-    want = attention_bwd.backward(*args, config=base)
+    assert base["ds_out"] == attention_bwd.DS_OUT_BUDGET > 0
+    want = attention_bwd.backward(*args, config={**base, "ds_out": 0})
+    one_head = (hq // hkv) * attention_bwd_gluon.ds_buffer_bytes(seq)
     calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
-    got = attention_bwd.backward(*args, config={**base, "ds_out": True})
-    assert calls, "dq_from_ds never ran"
-    rel = _rel(got[0], want[0])
-    same = [torch.equal(a, b) for a, b in zip(got[1:], want[1:], strict=True)]
-    print(f"\nds_out {shape}: dQ rel-L2 vs the dQ kernel {rel:.2e} (bit-identical {torch.equal(got[0], want[0])}); "
-          f"dK, dV bit-identical {same}")
-    assert all(same) and rel <= 2e-3 and got[0].isfinite().all() and got[0].abs().sum() > 0
+    got = attention_bwd.backward(*args, config={**base, "ds_out": chunk * one_head})
+    assert len(calls) == -(-b * hkv // chunk), calls
+    same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
+    print(f"\nds_out {shape}, {chunk} K / V heads a chunk: dQ, dK, dV bit-identical {same}; dQ rel-L2 "
+          f"{_rel(got[0], want[0]):.2e}")
+    assert all(same) and got[0].isfinite().all() and got[0].abs().sum() > 0
+    calls.clear()
+    fallback = attention_bwd.backward(*args, config={**base, "ds_out": one_head - 1})
+    assert not calls and all(torch.equal(a, b) for a, b in zip(fallback, want, strict=True))
 
 
 @pytest.mark.parametrize("bn", [64, 32])

@@ -132,6 +132,30 @@ def test_backward_dq_stream_option():
         attention_bwd.backward(*args, config={**cfg, "dq_stream": "fast"})
 
 
+def test_backward_ds_out_option():
+    """Launch option ds_out (the sm_90 fast path's default: a workspace budget in bytes for the dS buffers of
+    `dq_from_ds`): where it does not apply (here: no Gluon kernels off CUDA) the backward keeps its bits for any
+    budget; a value that is not a byte count is refused before any launch, naming the key, the value and what is
+    allowed. The budget's arithmetic: S² + 128·S bytes a query head, whole K / V heads per chunk."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 2, 2, 256, 64, seed=41)
+    args = backward_args(spec, q, k, v, do)
+    cfg = {"num_warps": 4, "num_stages": 1}
+    plain = attention_bwd.backward(*args, config=cfg)
+    got = attention_bwd.backward(*args, config={**cfg, "ds_out": attention_bwd.DS_OUT_BUDGET})
+    assert all(torch.equal(a, b) for a, b in zip(got, plain, strict=True))
+    for bad in (True, -1, 1.5, "4G"):
+        with pytest.raises(ValueError, match=r"backward config ds_out=.*: allowed a workspace budget in bytes"):
+            attention_bwd.backward(*args, config={**cfg, "ds_out": bad})
+    assert attention_bwd_gluon.ds_buffer_bytes(8192) == 8192 ** 2 + 128 * 8192
+    head = attention_bwd_gluon.ds_buffer_bytes(8192)
+    assert attention_bwd.ds_out_heads(4 * head, 2, 8192) == 2  # two query heads a K / V head
+    assert attention_bwd.ds_out_heads(2 * head - 1, 2, 8192) == 0  # not one: the dQ kernel
+    assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 65536) == 0
+
+
 @pytest.mark.parametrize("causal,safeguards,hq,hkv,half", [
     (True, True, 4, 2, False), (True, True, 2, 1, True), (False, True, 2, 1, False), (True, False, 2, 2, True)])
 def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half):

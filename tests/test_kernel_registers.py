@@ -95,11 +95,14 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    assert len(row) == 3 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
+    assert len(row) == 4 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
     # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM); and
-    # its FP8 dK probe (launch option fp8_dk) likewise
+    # its FP8 dK probe (launch option fp8_dk) and its dS stores for dq_from_ds (launch option ds_out) likewise, the
+    # latter without spills (its loop runs at the register wall)
     assert "4x4x32:bn64:pre:gluon:wsdkdv (default)" in row[1] and 0 < int(row[1].split()[-3]) <= 128, row
     assert ":wsdkdv:fp8dk" in row[2] and 0 < int(row[2].split()[-3]) <= 128, row
+    assert ":wsdkdv:dsout" in row[3] and 0 < int(row[3].split()[-3]) <= 128, row
+    assert row[3].split()[-2:] == ["0", "0"], row
     assert "serialized" not in out.stdout, out.stdout
     for mma in ("m64n32k32.f32.e4m3.e4m3", "m64n128k32.f32.e4m3.e4m3", "m64n128k16.f32.bf16.bf16"):
         assert mma in out.stdout, (mma, out.stdout)
