@@ -242,26 +242,29 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ws_dkdv", [True, False])
-def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv):
+@pytest.mark.parametrize("ws_dkdv,ds_out", [(True, True), (True, False), (False, False)])
+def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
     """test_prefix_gpu's Triton half with the dK/dV and dQ kernels on the sm_90 Gluon kernels (launch
-    options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, or not) and
-    the forward on the Gluon forward, at D = 128. Spies check they ran."""
+    options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, or not), or with
+    ds_out (the default) dQ from the dS the ws dK/dV kernel stored (`dq_from_ds`), and the forward on the Gluon
+    forward, at D = 128. Spies check they ran."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws, attention_fwd
 
-    fwd, bwd, dq = attention_fwd.launch_config, attention_bwd.launch_config, attention_bwd_gluon.dq
+    fwd, bwd = attention_fwd.launch_config, attention_bwd.launch_config
     dkdv_module = attention_dkdv_ws if ws_dkdv else attention_bwd_gluon
-    dkdv = dkdv_module.dkdv
+    dq_module, dq_name = (attention_bwd, "dq_from_ds") if ds_out else (attention_bwd_gluon, "dq")
+    dkdv, dq = dkdv_module.dkdv, getattr(dq_module, dq_name)
     calls, dq_calls = [], []
     monkeypatch.setitem(globals(), "DIM", 128)
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
     monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: {
-        **bwd(d, ds, emulated), "gluon": True, "ws_dkdv": ws_dkdv, "gluon_dq": 32})
+        **bwd(d, ds, emulated), "gluon": True, "ws_dkdv": ws_dkdv, "gluon_dq": 32,
+        "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0})
     monkeypatch.setattr(dkdv_module, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
-    monkeypatch.setattr(attention_bwd_gluon, "dq", lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
+    monkeypatch.setattr(dq_module, dq_name, lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
     _gpu_prefix_checks("fp8", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
-    assert dq_calls, "the Gluon dQ kernel never ran"
+    assert dq_calls, f"{dq_name} never ran"
 
 
 def test_prefix_forward_bf16():
