@@ -155,25 +155,18 @@ if HAS_GLUON:
         return (_dst(pt, dpt, sv, linv, delta, sdo) * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
-    def _store_ds(dst, kscale, yout, c, DS_OUT: gl.constexpr):
+    def _store_ds(dst, kscale, yout, c):
         """DS_OUT: this sub-tile's dS·s_k in bf16 (the dQ kernel's A operand, `dq_from_ds`: the same expression as
         `_dq_gluon_kernel`'s y) into the program's ring of two shared tiles and from there by TMA to its place in
         the dS buffer (`ds_buffer`). One barrier a sub-tile: the wait for the other tile's store (issued a
         sub-tile ago) comes before it, so that tile is free for the next sub-tile."""
-        y_s, y_desc, Y, row, col = yout
-        y = (dst * kscale).to(gl.bfloat16)
-        if DS_OUT == 2:  # each thread's pairs straight to global memory, streaming (no shared tile, no barrier)
-            L: gl.constexpr = dst.type.layout
-            r = row + gl.arange(0, dst.shape[0], layout=gl.SliceLayout(1, L))
-            q = col + gl.arange(0, dst.shape[1], layout=gl.SliceLayout(0, L))
-            gl.store(Y + r.to(gl.int64)[:, None] * _DS_QB + q[None, :], y, cache_modifier=".cs")
-        else:
-            buf = y_s.index(c % 2)
-            buf.store(y)
-            fence_async_shared()
-            tma.store_wait(0)
-            gl.thread_barrier()
-            tma.async_copy_shared_to_global(y_desc, [row, col], buf)
+        y_s, y_desc, row, col = yout
+        buf = y_s.index(c % 2)
+        buf.store((dst * kscale).to(gl.bfloat16))
+        fence_async_shared()
+        tma.store_wait(0)
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(y_desc, [row, col], buf)
 
     @gluon.jit
     def _dk_operand(pt, dpt, sv, qs, linv, delta, sdo, isig, A_L: gl.constexpr, A8_L: gl.constexpr,
@@ -187,7 +180,7 @@ if HAS_GLUON:
             return gl.convert_layout(((dst * qs[None, :]) * isig[:, None]).to(gl.float8e4nv), A8_L)
         elif DS_OUT:
             dst = _dst(pt, dpt, sv, linv, delta, sdo)
-            _store_ds(dst, kscale, yout, c, DS_OUT)
+            _store_ds(dst, kscale, yout, c)
             return gl.convert_layout((dst * qs[None, :]).to(gl.bfloat16), A_L)
         else:
             return gl.convert_layout(_dst_bf16(pt, dpt, sv, qs, linv, delta, sdo), A_L)
@@ -257,10 +250,10 @@ if HAS_GLUON:
         one key block's [BN, DS_QB] scores, the query blocks' tiles one after another (qb + 1 ... of them: qb(qb + 1)
         before block qb's), so (tile row, column) of the box."""
         if DS_OUT:
-            y_s, y_desc, Y, tile0 = ybase
+            y_s, y_desc, tile0 = ybase
             BN: gl.constexpr = y_desc.block_type.shape[0]
             qb = lo // _DS_QB
-            return y_s, y_desc, Y, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB
+            return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB
         else:
             return ybase
 

@@ -56,9 +56,6 @@ BN, BM, TB = fused.BN, fused.BM, fused.TB
 # ring stages: four since the dV product is FP8 (a stage 20.6 KB: Q8, dO8, dO8ᵀ, QB, statistics; two programs per SM
 # in 2 × 98.5 KB): 3460-3539 µs against three stages' 3665-3725 at S = 8k, B×H = 64 (session16_stages.sh)
 STAGES = 4
-# launch option ds_out: each thread's dS pairs stored straight to global memory (True) instead of through a shared
-# tile and a TMA store (a probe's switch, session 25)
-DS_DIRECT = False
 PRODUCER_REGS = 24  # the minimum: the producer holds scalars only
 # two programs per SM share 65,536 registers: 8 warps (the producer's warp rounds up to a warpgroup) at 128 each, of
 # which the consumer warpgroup gets what the producer leaves, 2 × 128 − 24 = 232 a thread
@@ -109,7 +106,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
-                  sm_scale, S, G, BH0, y_s, y_desc, Y, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
+                  sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                   TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
@@ -145,7 +142,7 @@ if HAS_GLUON:
         n_qb = S // _DS_QB
         for g in range(G):  # the query heads sharing this K / V head, in the producer's order
             # `_ds_place`: the buffer holds this launch's query heads only
-            ybase = (y_s, y_desc, Y, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
+            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
             for j in range(n_diag):
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
@@ -163,25 +160,25 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):
-            ybase = (y_s, y_desc, Y, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
+            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
                 dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
                                        qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK, ybase,
                                        (t + 1) * TB, DS_OUT)
                 c += n_off
-        if DS_OUT == 1:
+        if DS_OUT:
             tma.store_wait(0)  # the dS tiles' stores have read their shared memory before the program ends
         _store_dkdv(dv, dk, DK, DV, TAU, SIG, bhk, S, first, sm_scale, BN, D, FP8_DK)
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, BH0, Y, D: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, BH0, D: gl.constexpr,
                         BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = 0):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
-        if DS_OUT == 1:  # two tiles of dS·s_k on their way to the dS buffer by TMA (`_store_ds`)
+        if DS_OUT:  # two tiles of dS·s_k on their way to the dS buffer (`_store_ds`)
             y_s = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
         else:
             y_s = k_s  # unread
@@ -197,7 +194,7 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, BH0, y_s, y_desc, Y, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
+                         qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK))],
@@ -237,8 +234,8 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     _LAUNCH(
         (seq // BN, len(heads)),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
-         sm_scale, seq, hq // hkv, y_desc, heads.start, dk if ds_out is None else ds_out),
-        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=0 if ds_out is None else 2 if DS_DIRECT else 1),
+         sm_scale, seq, hq // hkv, y_desc, heads.start),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

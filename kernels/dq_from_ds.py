@@ -33,15 +33,14 @@ QB = 128  # queries per program = per tile of the dS buffer (attention_bwd_gluon
 BN = 64  # keys per tile (the dK/dV kernel's keys per program)
 TB = 128  # the forward's token block: its key blocks use K's per-token bytes
 WARPS, STAGES = 8, 3
-Y_EVICT = ""  # the dS tiles' L2 eviction policy ("" or "evict_first": a probe's switch, session 25)
 
 
 if HAS_TRITON:
 
     @triton.jit
-    def _ds_tile(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr, EVICT: tl.constexpr):
-        """Tile `tile` of the dS buffer: [BN keys, QB queries] (read once: EVICT the L2 eviction policy)."""
-        return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :], eviction_policy=EVICT)
+    def _ds_tile(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr):
+        """Tile `tile` of the dS buffer: [BN keys, QB queries]."""
+        return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :])
 
     @triton.jit
     def _add_product(acc, yt, kt, INTERP: tl.constexpr):
@@ -54,7 +53,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
-                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr, EVICT: tl.constexpr):
+                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -67,11 +66,11 @@ if HAS_TRITON:
         k_rows = (bh // G).to(tl.int64) * S + offs_k
         acc = tl.zeros([QB, D], tl.float32)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
-            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN, EVICT)
+            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             kt = tl.load(KBBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
             acc = _add_product(acc, yt, kt, INTERP)
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
-            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN, EVICT)
+            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             # queries before the block were never written (bf16 zeros: a bf16 product)
             yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
             kt = tl.load(KBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
@@ -95,5 +94,5 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
     _LAUNCH((seq // QB, len(heads)), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET, EVICT=Y_EVICT), dict(num_warps=WARPS, num_stages=STAGES))
+            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
     return out

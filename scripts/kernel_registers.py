@@ -281,8 +281,8 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
     kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"]
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu"), G.BN, G.BM) if ds_out else descs[2]
-        kinds += [mangle_type(y_desc), "i32", "*bf16"]  # and BH0, the launch's first K / V head, and Y
-        consts = {**consts, "DS_OUT": (2 if W.DS_DIRECT else 1) if ds_out else 0}
+        kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
+        consts = {**consts, "DS_OUT": ds_out}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")

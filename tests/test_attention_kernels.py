@@ -153,7 +153,8 @@ def test_backward_ds_out_option():
     head = attention_bwd_gluon.ds_buffer_bytes(8192)
     assert attention_bwd.ds_out_heads(4 * head, 2, 8192) == 2  # two query heads a K / V head
     assert attention_bwd.ds_out_heads(2 * head - 1, 2, 8192) == 0  # not one: the dQ kernel
-    assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 65536) == 0
+    assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 65536) == 1
+    assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 81920) == 0
 
 
 @pytest.mark.parametrize("causal,safeguards,hq,hkv,half", [

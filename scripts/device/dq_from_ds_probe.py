@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from flamia_kernels import attention_bwd_gluon, dq_from_ds
 
-VARIANTS = [(8, 3, ""), (8, 3, "evict_first"), (8, 4, "evict_first")]  # (num_warps, num_stages, Y_EVICT)
+VARIANTS = [(8, 3), (8, 2), (8, 4), (4, 3)]  # (num_warps, num_stages)
 
 
 def _ms(fn, reps: int = 5) -> float:
@@ -34,11 +34,10 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}: dS buffer {gb:.2f} GB; a copy of it {ms:.3f} ms "
           f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
     dst = None  # its memory back before the kernel runs
-    for warps, stages, evict in VARIANTS:
-        dq_from_ds.WARPS, dq_from_ds.STAGES, dq_from_ds.Y_EVICT = warps, stages, evict
+    for warps, stages in VARIANTS:
+        dq_from_ds.WARPS, dq_from_ds.STAGES = warps, stages
         ms = _ms(lambda: dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1))
-        print(f"dq_from_ds {warps} warps × {stages} stages, dS loads {evict or 'default'}: {ms:.3f} ms "
-              f"({gb / ms:.2f} TB/s of dS)", flush=True)
+        print(f"dq_from_ds {warps} warps × {stages} stages: {ms:.3f} ms ({gb / ms:.2f} TB/s of dS)", flush=True)
 
 
 if __name__ == "__main__":

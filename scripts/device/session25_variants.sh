@@ -3,7 +3,7 @@
 # straight to global memory (attention_dkdv_ws.DS_DIRECT) instead of a shared tile and a TMA store, and dq_from_ds's
 # dS loads marked evict_first (dq_from_ds.Y_EVICT): bits (GPU tests under each), kernel times (launch_gaps at 8k,
 # dq_from_ds_probe) and fwd+bwd against cuDNN (bench calls in turn, two rounds).
-#   bash scripts/device/session25_variants.sh
+#   bash scripts/device/session25_variants.sh      # at 4330db0 (both switches were dropped after it)
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
