@@ -46,7 +46,6 @@ from dataclasses import replace
 import torch
 
 from . import attention_bwd_gluon, attention_dkdv_ws
-from . import dq_from_ds as dq_from_ds_module
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
@@ -627,8 +626,7 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, heads
     for h0 in range(0, b * hkv, heads):
         kv = range(h0, min(h0 + heads, b * hkv))
         attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
-        kbf, kbbf = (k.vals, k.off.vals) if dq_from_ds_module.K_BYTES else (copies[2], copies[3])
-        dq_from_ds(buf, kbf, kbbf, b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq)
+        dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq)
     return dq
 
 

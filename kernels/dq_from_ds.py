@@ -33,9 +33,6 @@ QB = 128  # queries per program = per tile of the dS buffer (attention_bwd_gluon
 BN = 64  # keys per tile (the dK/dV kernel's keys per program)
 TB = 128  # the forward's token block: its key blocks use K's per-token bytes
 WARPS, STAGES = 8, 3
-# K as its fp8 bytes (K8 and the token-block copy's KB8, converted in registers) instead of the bf16 copies KBF and
-# KBBF: half the K traffic (a probe's switch, session 25)
-K_BYTES = False
 
 
 if HAS_TRITON:
@@ -55,18 +52,8 @@ if HAS_TRITON:
             return tl.dot(tl.trans(yt), kt, acc)
 
     @triton.jit
-    def _add_product_t(acc_t, k8, yt, INTERP: tl.constexpr):
-        """acc_t + bf16(k8)ᵀ·yt (K_BYTES): dQᵀ's product with K's bytes converted in registers (exact: E4M3 ⊂ bf16)
-        as the A operand and the dS tile as B."""
-        kt = tl.trans(k8.to(tl.float32).to(tl.bfloat16))
-        if INTERP:
-            return tl.dot(kt.to(tl.float32), yt.to(tl.float32), acc_t)
-        else:
-            return tl.dot(kt, yt, acc_t)
-
-    @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
-                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr, K_BYTES: tl.constexpr):
+                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -77,28 +64,17 @@ if HAS_TRITON:
         offs_q = tl.arange(0, QB)
         offs_d = tl.arange(0, D)
         k_rows = (bh // G).to(tl.int64) * S + offs_k
-        if K_BYTES:
-            acc_t = tl.zeros([D, QB], tl.float32)
-        else:
-            acc = tl.zeros([QB, D], tl.float32)
+        acc = tl.zeros([QB, D], tl.float32)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             kt = tl.load(KBBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            if K_BYTES:
-                acc_t = _add_product_t(acc_t, kt, yt, INTERP)
-            else:
-                acc = _add_product(acc, yt, kt, INTERP)
+            acc = _add_product(acc, yt, kt, INTERP)
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             # queries before the block were never written (bf16 zeros: a bf16 product)
             yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
             kt = tl.load(KBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            if K_BYTES:
-                acc_t = _add_product_t(acc_t, kt, yt, INTERP)
-            else:
-                acc = _add_product(acc, yt, kt, INTERP)
-        if K_BYTES:
-            acc = tl.trans(acc_t)
+            acc = _add_product(acc, yt, kt, INTERP)
         out = (bh.to(tl.int64) * S + first + offs_q)[:, None] * D + offs_d[None, :]
         tl.store(DQ + out, (acc * sm_scale).to(tl.bfloat16))
 
@@ -109,8 +85,7 @@ _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
 def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,
                sm_scale: float, heads: range | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """dQ [B, Hq, S, D] bf16 from the dS buffer (`attention_bwd_gluon.ds_buffer`, filled by the dK/dV kernel's
-    `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D], or (K_BYTES) K's fp8 bytes
-    K8 and KB8 in their place. heads: the flat query
+    `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]. heads: the flat query
     heads (b·Hq + h) the buffer holds, in order (all by default); out: the dQ tensor to write their rows into."""
     d = kbf.shape[-1]
     if seq % QB:
@@ -119,6 +94,5 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
     _LAUNCH((seq // QB, len(heads)), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET, K_BYTES=kbf.dtype != torch.bfloat16),
-            dict(num_warps=WARPS, num_stages=STAGES))
+            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
     return out

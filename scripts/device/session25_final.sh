@@ -2,7 +2,7 @@
 # Session 25, last call: the GPU tiers at the final kernels (causal safety, ds_out's bits, dQ from K's bytes), the
 # dQ-from-dS kernel on K's bytes (K_BYTES) against the bf16 copies, then the speed table — the default (ds_out on),
 # ds_out off, and dq_from_ds on K's bytes, bench calls in turn — and fwd+bwd at 32k.
-#   bash scripts/device/session25_final.sh
+#   bash scripts/device/session25_final.sh      # at 724cb61 (K_BYTES was dropped after it)
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
