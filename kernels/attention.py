@@ -167,6 +167,10 @@ def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool
         return reference.attention(q, k, v, spec, causal, safeguards, doc_ids)
     q, k, v = (t.contiguous() for t in (q, k, v))
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad:  # a bad FLAMIA_DS_OUT_BYTES is refused before the forward runs, not after it
+        from . import attention_bwd
+
+        attention_bwd.ds_out_budget()
     return _FlamiaAttention.apply(q, k, v, spec, causal, safeguards, doc_ids, needs_grad)
 
 

@@ -41,6 +41,7 @@ document start: the skipped sub-tiles are masked for every row, so the result is
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import torch
@@ -387,14 +388,19 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     path's default; "same", or None for one stream): the dQ kernel on a side stream of that priority, launched
     beside the dK/dV kernel (both read only what the copies pass wrote), so that its programs take the SMs the dK/dV
     kernel's last programs leave: the same bits, fwd + bwd −1.0 to −1.6% at S = 8k and 16k in paired rounds
-    (session 20, e1c8df3; docs/benchmarks.md)."""
+    (session 20, e1c8df3; docs/benchmarks.md). ds_out (the fast path's default: a workspace budget in bytes,
+    `ds_out_budget`, 0 for off): the ws dK/dV kernel stores each sub-tile's dS·s_k in bf16 and `dq_from_ds` forms dQ
+    as one bf16 product over it, in chunks of K / V heads whose buffers fit the budget — S, dP, P and dS are no
+    longer computed a second time; the same bits as the dQ kernel (whose side stream it replaces; it runs where one
+    head does not fit): fwd + bwd 0.90 → 0.94× cuDNN at 8k, 0.92 → 0.97× at 16k, 0.95 → 1.01× at 32k in the same
+    calls on an H100 (session 25, 724cb61; docs/benchmarks.md)."""
     if INTERPRET:
         return {"num_warps": 4, "num_stages": 1, "dq": "kernel"}
     sub = 32 if ds_fmt in ("bf16", "mxfp8") else DS_TILE
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
-                "dq_stream": "high", "ds_out": DS_OUT_BUDGET}
+                "dq_stream": "high", "ds_out": ds_out_budget()}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
@@ -403,6 +409,22 @@ DQ_MODES = ("kernel", "atomic")
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
 DS_OUT_BUDGET = 5 << 30
+DS_OUT_ENV = "FLAMIA_DS_OUT_BYTES"  # the user's override of that budget (0: off, the dQ kernel always)
+
+
+def ds_out_budget() -> int:
+    """ds_out's workspace budget in bytes: DS_OUT_BUDGET, or the environment's FLAMIA_DS_OUT_BYTES (an int >= 0)."""
+    raw = os.environ.get(DS_OUT_ENV)
+    if raw is None:
+        return DS_OUT_BUDGET
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{DS_OUT_ENV}={raw!r}: allowed a byte count, an int >= 0 (0 turns the stored-dS backward "
+                         f"off; the default is {DS_OUT_BUDGET})")
+    return value
 
 
 def _fold_rows(v_scale: torch.Tensor, block: int, causal: bool):

@@ -20,6 +20,11 @@ Launch option "ws_dkdv" of `attention_bwd.backward` (scripts' `:wsdkdv`), the fp
 session 15: the kernel 3848 / 4097 µs against the fused one's 4262 / 4355 at S = 8k, B×H = 64 (torch.profiler, two
 rounds), fwd + bwd 0.79 -> 0.85× cuDNN at 8k and 0.82 -> 0.88× at 16k in one run (`session15_wsdkdv.sh`, fa1d110),
 with bf16 dV; its dV product FP8 since session 16 (`attention_bwd_gluon`'s docstring).
+With DS_OUT (launch option ds_out, the fast path's default since session 25) the consumer also stores each
+sub-tile's dS·s_k in bf16 — the dQ kernel's A operand — through two shared tiles and a TMA store into the dS buffer
+(`attention_bwd_gluon.ds_buffer`), one barrier a sub-tile, for `dq_from_ds`; launches may cover a range of K / V
+heads (BH0..) so that the buffer holds one chunk of heads at a time. +8 to +10% on this kernel (3.45 → 3.73–3.81 ms at
+S = 8k, B×H = 64 on an H100), against the dQ kernel's 2.2 ms it replaces with 1.66–1.71.
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """

@@ -157,6 +157,28 @@ def test_backward_ds_out_option():
     assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 81920) == 0
 
 
+def test_ds_out_budget_from_the_environment(monkeypatch):
+    """FLAMIA_DS_OUT_BYTES overrides ds_out's default budget (0 turns it off); anything but a byte count is refused
+    naming the variable, the value and what is allowed."""
+    from flamia_kernels import attention_bwd
+
+    monkeypatch.delenv(attention_bwd.DS_OUT_ENV, raising=False)
+    assert attention_bwd.ds_out_budget() == attention_bwd.DS_OUT_BUDGET
+    monkeypatch.setenv(attention_bwd.DS_OUT_ENV, "0")
+    assert attention_bwd.ds_out_budget() == 0
+    monkeypatch.setenv(attention_bwd.DS_OUT_ENV, str(1 << 30))
+    assert attention_bwd.ds_out_budget() == 1 << 30
+    for bad in ("-1", "4G", ""):
+        monkeypatch.setenv(attention_bwd.DS_OUT_ENV, bad)
+        with pytest.raises(ValueError, match=rf"FLAMIA_DS_OUT_BYTES='{bad}': allowed a byte count"):
+            attention_bwd.ds_out_budget()
+    # and a training call refuses it before its forward runs
+    q, k, v, _ = _inputs(1, 2, 2, 256, 64, seed=43)
+    q.requires_grad_(True)
+    with pytest.raises(ValueError, match="FLAMIA_DS_OUT_BYTES='': allowed a byte count"):
+        flamia_attention(q, k, v, "fp8")
+
+
 @pytest.mark.parametrize("causal,safeguards,hq,hkv,half", [
     (True, True, 4, 2, False), (True, True, 2, 1, True), (False, True, 2, 1, False), (True, False, 2, 2, True)])
 def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half):
