@@ -246,9 +246,9 @@ if HAS_GLUON:
     @gluon.jit
     def _ds_place(ybase, lo, DS_OUT: gl.constexpr):
         """Where the sub-tile of queries lo.. goes in the dS buffer (`ds_buffer`): ybase = (its shared ring, its
-        TMA descriptor, the tile index of this head's query block 0 at the program's key block); a tile holds
-        one key block's [BN, DS_QB] scores, the query blocks' tiles one after another (qb + 1 ... of them: qb(qb + 1)
-        before block qb's), so (tile row, column) of the box."""
+        TMA descriptor, the index of this head's first tile plus the program's key block); a tile holds one key
+        block's [BN, DS_QB] values, and query block qb's 2(qb + 1) tiles follow the qb(qb + 1) of blocks before it,
+        so the box's (row, column) is ((ybase's index + qb(qb + 1))·BN, lo mod DS_QB)."""
         if DS_OUT:
             y_s, y_desc, tile0 = ybase
             BN: gl.constexpr = y_desc.block_type.shape[0]

@@ -16,7 +16,10 @@ the queries before it were never written, so they are masked here (they lie abov
 kernel did write beyond its own position is an exact zero, P being 0 there).
 
 dQ = sm_scale · Σ tiles, in fp32 (a bf16 product accumulates in fp32 on the tensor cores), as the dQ kernel sums
-the same bf16 products: the same terms, summed in another order.
+the same bf16 products in the same order (key blocks ascending, 16 keys a wgmma step): the GPU tests find dQ
+bit-identical to the dQ kernel's (tests/test_attention_gpu.py, `test_gpu_ds_out_matches_the_dq_kernel`). On an H100
+at S = 8k, B×H = 64 it reads the 4.4 GB buffer at 2.55 TB/s (1.66–1.71 ms; a copy of the buffer runs at 3.0 TB/s
+read + write) where the dQ kernel took 2.2 ms (docs/benchmarks.md, session 25).
 """
 from __future__ import annotations
 
