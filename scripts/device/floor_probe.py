@@ -33,8 +33,10 @@ DKDV = ("attention_bwd_gluon.py", '''        qs, m, linv, delta, sdo = stats
         st = st * (kbs * (qs * qk_scale))[None, :]
         pt = gl.exp2(st - (m - 8.0)[None, :])
         return (_dv_operand(pt, linv, sdo, itau, A8_L),
-                _dk_operand(pt, dpt, vbs, qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK))''',
+                _dk_operand(pt, dpt, vbs, qs, linv, delta, sdo, isig, A_L, A8_L, FP8_DK, kbs, yout, c, DS_OUT))''',
         '''        qs, m, linv, delta, sdo = stats  # FLOOR PROBE: the scores as the products' operands
+        if DS_OUT:  # the dS stores stay (launch option ds_out): their traffic is not elementwise work
+            _store_ds(dpt, kbs, yout, c)
         if FP8_DK:
             ds = gl.convert_layout(dpt.to(gl.float8e4nv), A8_L)
         else:
