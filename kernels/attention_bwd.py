@@ -42,6 +42,7 @@ document start: the skipped sub-tiles are masked for every row, so the result is
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import replace
 
 import torch
@@ -570,9 +571,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
     # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, none of the FP8 dS probes): K / V heads per
-    # dS buffer; 0: the dQ kernel instead
+    # dS buffer and the buffer; none: the dQ kernel instead
     ds_heads = (ds_out_heads(ds_out, hq // hkv, seq)
                 if on_gluon and ws_dkdv and which == "both" and not (fp8_dk or fp8_dq) and dq_mode == "kernel" else 0)
+    ds_buf = None
+    if ds_heads:
+        ds_heads = even_chunk(ds_heads, b * hkv)
+        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device)
+        ds_heads = ds_heads if ds_buf is not None else 0
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then; ds_out's dQ
     # product reads what the dK/dV kernel wrote
     side = (_side_stream(q.vals.device, dq_stream)
@@ -588,7 +594,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
             if ds_heads:
-                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_heads, (dk, dv))
+                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv))
+                ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
         else:
@@ -634,16 +641,38 @@ def ds_out_heads(budget: int, group: int, seq: int) -> int:
     return budget // (group * attention_bwd_gluon.ds_buffer_bytes(seq))
 
 
-def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, heads: int, out):
+def even_chunk(most: int, total: int) -> int:
+    """Items per chunk when `total` items go in chunks of at most `most`: as many chunks as that needs, of even size,
+    so that no chunk is a short tail (a launch's tail of idle SMs)."""
+    chunks = -(-total // most)
+    return -(-total // chunks)
+
+
+_DS_WORKSPACE_WARNED: set = set()
+
+
+def ds_workspace(heads: int, seq: int, device) -> torch.Tensor | None:
+    """The dS buffer of `heads` query heads (launch option ds_out), or None where the device has no memory left for it:
+    the backward then runs the dQ kernel (the same gradients, slower) and says so once per size."""
+    try:
+        return attention_bwd_gluon.ds_buffer(1, heads, seq, device)
+    except torch.OutOfMemoryError:
+        nbytes = heads * attention_bwd_gluon.ds_buffer_bytes(seq)
+        if nbytes not in _DS_WORKSPACE_WARNED:
+            _DS_WORKSPACE_WARNED.add(nbytes)
+            warnings.warn(f"flamia_kernels: no device memory for the attention backward's dS workspace ({nbytes} "
+                          f"bytes): the dQ kernel runs instead (the same gradients, slower). {DS_OUT_ENV} sets a "
+                          f"smaller budget (0: off).", stacklevel=2)
+        return None
+
+
+def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
-    the ws dK/dV kernel fills one dS buffer and `dq_from_ds` reads it, one after the other on this stream, so the
-    buffer (reused by every chunk) never holds more than the budget."""
+    the ws dK/dV kernel fills the dS buffer `buf` (`ds_workspace`) and `dq_from_ds` reads it, one after the other on
+    this stream, so the buffer (reused by every chunk) never holds more than the budget."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
-    chunks = -(-b * hkv // heads)
-    heads = -(-b * hkv // chunks)  # as many chunks as the budget needs, of even size: no chunk is a short tail
-    buf = attention_bwd_gluon.ds_buffer(1, heads * g, seq, q.vals.device)
     dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
     for h0 in range(0, b * hkv, heads):
         kv = range(h0, min(h0 + heads, b * hkv))

@@ -157,6 +157,93 @@ def test_backward_ds_out_option():
     assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 81920) == 0
 
 
+def _no_device_memory(*args, **kwargs):
+    """An allocation on a full device (a stand-in for `attention_bwd_gluon.ds_buffer`)."""
+    raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+
+def test_ds_out_chunks_and_a_full_device(monkeypatch):
+    """ds_out's chunks are even (no short tail chunk), and a device without memory for the dS workspace gives None
+    — the backward then runs the dQ kernel — with one warning per size naming the bytes and the variable to set."""
+    import warnings
+
+    from flamia_kernels import attention_bwd, attention_bwd_gluon
+
+    assert [attention_bwd.even_chunk(most, 64) for most in (78, 63, 32, 19, 1)] == [64, 32, 32, 16, 1]
+    assert attention_bwd.even_chunk(19, 32) == 16 and attention_bwd.even_chunk(4, 16) == 4
+    buf = attention_bwd.ds_workspace(3, 256, "cpu")
+    assert buf.numel() * buf.element_size() == 3 * attention_bwd_gluon.ds_buffer_bytes(256)
+
+    monkeypatch.setattr(attention_bwd_gluon, "ds_buffer", _no_device_memory)
+    monkeypatch.setattr(attention_bwd, "_DS_WORKSPACE_WARNED", set())
+    with pytest.warns(UserWarning, match=r"no device memory for the attention backward's dS workspace \(\d+ bytes\)"
+                      r".*FLAMIA_DS_OUT_BYTES"):
+        assert attention_bwd.ds_workspace(3, 256, "cpu") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same size again: no second warning
+        assert attention_bwd.ds_workspace(3, 256, "cpu") is None
+
+
+@pytest.mark.parametrize("heads_per_chunk,want_chunks", [(4, [range(0, 4)]), (3, [range(0, 2), range(2, 4)]),
+                                                          (1, [range(i, i + 1) for i in range(4)])])
+def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypatch):
+    """The backward's host side of ds_out (its kernels are sm_90 only; here they are stand-ins that record their calls
+    and mark their rows): under a budget of `heads_per_chunk` K / V heads, each chunk's dK/dV launch fills one reused
+    buffer of that many heads' query heads and its dQ-from-dS launch reads it for the same flat query heads into one
+    dQ; dK and dV come back as the tensors the launches wrote. B = 2 × Hkv = 2 K / V heads, GQA 2."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
+
+    spec = AttentionSpec.parse("fp8")
+    b, hq, hkv, seq, g = 2, 4, 2, 256, 2
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=47)
+    args = backward_args(spec, q, k, v, do)
+    calls = []
+
+    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None):
+        if ds_out is None:  # the two-kernel backward's call: every head, its own outputs
+            calls.append(("dkdv", heads, None, None))
+            heads, out = range(b * hkv), (torch.empty_like(k8.vals, dtype=torch.bfloat16),
+                                          torch.empty_like(k8.vals, dtype=torch.bfloat16))
+        else:
+            calls.append(("dkdv", heads, ds_out.data_ptr(), ds_out.numel()))
+        for h in heads:
+            out[0].view(b * hkv, seq, -1)[h] = h + 1
+            out[1].view(b * hkv, seq, -1)[h] = -(h + 1)
+        return out
+
+    def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None):
+        calls.append(("dq", heads, buf.data_ptr()))
+        for h in heads:
+            out.view(b * hq, seq, -1)[h] = 10 * (h + 1)
+        return out
+
+    monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
+    monkeypatch.setattr(attention_dkdv_ws, "dkdv", dkdv)
+    monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
+    one_head = g * attention_bwd_gluon.ds_buffer_bytes(seq)
+    config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
+              "dq": "kernel", "ds_out": heads_per_chunk * one_head}
+    dq, dk, dv = attention_bwd.backward(*args, config=config)
+    want = [call for kv in want_chunks for call in (("dkdv", kv), ("dq", range(kv.start * g, kv.stop * g)))]
+    assert [c[:2] for c in calls] == want, calls
+    size = len(want_chunks[0]) * g * attention_bwd_gluon.ds_buffer_bytes(seq) // 2  # bf16 elements
+    assert {c[2] for c in calls} == {calls[0][2]} and all(c[3] == size for c in calls if c[0] == "dkdv")
+    assert torch.equal(dk.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
+    assert torch.equal(dv.view(b * hkv, -1)[:, 0], -torch.arange(1, b * hkv + 1, dtype=dv.dtype))
+    assert torch.equal(dq.view(b * hq, -1)[:, 0], 10 * torch.arange(1, b * hq + 1, dtype=dq.dtype))
+
+    # a device without memory for the workspace: one warning, the dQ kernel (here the Triton one) and its dQ
+    calls.clear()
+    monkeypatch.setattr(attention_bwd, "_DS_WORKSPACE_WARNED", set())
+    monkeypatch.setattr(attention_bwd_gluon, "ds_buffer", _no_device_memory)
+    with pytest.warns(UserWarning, match="no device memory for the attention backward's dS workspace"):
+        dq_full, dk_full, _ = attention_bwd.backward(*args, config=config)
+    assert calls == [("dkdv", None, None, None)], calls
+    dq_plain = attention_bwd.backward(*args, config={**config, "ds_out": 0})[0]
+    assert torch.equal(dq_full, dq_plain) and dq_full.abs().sum() > 0
+    assert torch.equal(dk_full.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
+
+
 def test_ds_out_budget_from_the_environment(monkeypatch):
     """FLAMIA_DS_OUT_BYTES overrides ds_out's default budget (0 turns it off); anything but a byte count is refused
     naming the variable, the value and what is allowed."""
