@@ -2,7 +2,7 @@
 # Session 25: launch option ds_out (the ws dK/dV kernel stores dS·s_k in bf16, `dq_from_ds` multiplies it by K in
 # place of the dQ kernel's S, dP, P and dS again): its bits against the default (GPU test), where each kernel's time
 # goes (launch_gaps at 8k, both launches), then fwd+bwd against cuDNN with and without it (bench calls in turn).
-#   bash scripts/device/session25_dsout.sh
+#   bash scripts/device/session25_dsout.sh      # at eb8d4c2 (ds_out took True then; since 6141dbb it takes a byte budget)
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
