@@ -59,13 +59,13 @@ if HAS_TRITON:
             return x.to(tl.bfloat16)
 
     @triton.jit
-    def mma(a, b, INTERP: tl.constexpr):
-        """tl.dot with fp32 accumulation. The interpreter multiplies bf16 bit patterns as integers,
-        so there the (exactly representable) operands go in as fp32."""
+    def mma(a, b, INTERP: tl.constexpr, acc=None):
+        """tl.dot with fp32 accumulation, into `acc` where one is given. The interpreter multiplies bf16 bit
+        patterns as integers, so there the (exactly representable) operands go in as fp32."""
         if INTERP:
-            return tl.dot(a.to(tl.float32), b.to(tl.float32))
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
         else:
-            return tl.dot(a, b)
+            return tl.dot(a, b, acc)
 
     @triton.jit
     def p_fp8_scaled(x, INTERP: tl.constexpr):

@@ -26,15 +26,18 @@ from __future__ import annotations
 import torch
 
 from ._triton_env import HAS_TRITON, INTERPRET
+from .attention_bwd_gluon import BN, TB
+from .attention_bwd_gluon import DS_QB as QB
 from .relaunch import Relaunch
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
-QB = 128  # queries per program = per tile of the dS buffer (attention_bwd_gluon.DS_QB)
-BN = 64  # keys per tile (the dK/dV kernel's keys per program)
-TB = 128  # the forward's token block: its key blocks use K's per-token bytes
+    from .attention_quant import mma
+
+# QB queries per program = per tile of the dS buffer; BN keys per tile (the dK/dV kernel's keys per program); TB the
+# forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
 WARPS, STAGES = 8, 3
 
 
@@ -44,15 +47,6 @@ if HAS_TRITON:
     def _ds_tile(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr):
         """Tile `tile` of the dS buffer: [BN keys, QB queries]."""
         return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :])
-
-    @triton.jit
-    def _add_product(acc, yt, kt, INTERP: tl.constexpr):
-        """acc + ytᵀ·kt, a bf16 product accumulated in fp32 (the interpreter multiplies bf16 bit patterns as
-        integers, so there the exact fp32 values go in: `attention_quant.mma`)."""
-        if INTERP:
-            return tl.dot(tl.trans(yt).to(tl.float32), kt.to(tl.float32), acc)
-        else:
-            return tl.dot(tl.trans(yt), kt, acc)
 
     @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
@@ -71,13 +65,13 @@ if HAS_TRITON:
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             kt = tl.load(KBBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            acc = _add_product(acc, yt, kt, INTERP)
+            acc = mma(tl.trans(yt), kt, INTERP, acc)  # bf16, fp32 sums
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
             # queries before the block were never written (bf16 zeros: a bf16 product)
             yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
             kt = tl.load(KBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            acc = _add_product(acc, yt, kt, INTERP)
+            acc = mma(tl.trans(yt), kt, INTERP, acc)  # bf16, fp32 sums
         out = (bh.to(tl.int64) * S + first + offs_q)[:, None] * D + offs_d[None, :]
         tl.store(DQ + out, (acc * sm_scale).to(tl.bfloat16))
 
