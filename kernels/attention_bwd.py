@@ -53,7 +53,7 @@ from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
-from .dq_from_ds import dq_from_ds
+from .dq_from_ds import dq_from_ds, fp8_row_l1
 from .dv_row_scale import dv_row_scale_fast
 from .formats import FP8_TINY
 from .reference import DS_TILE, dk_row_scale, dq_row_scale, unpack_stats
@@ -468,7 +468,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
     "fp8_dq" (a probe, Gluon dQ kernel only) likewise for dQ (`reference.dq_row_scale`, K8ᵀ and its token-block
-    copy's bytes K-major in place of the bf16 K copies).
+    copy's bytes K-major in place of the bf16 K copies); with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
+    the bytes) and `dq_from_ds` runs that FP8 product (the same numerics, ‖dO8‖₁ from `fp8_row_l1`).
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
     """
@@ -572,12 +573,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                          "fast path's launch with ws_dkdv)")
     # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, none of the FP8 dS probes): K / V heads per
     # dS buffer and the buffer; none: the dQ kernel instead
-    ds_heads = (ds_out_heads(ds_out, hq // hkv, seq)
-                if on_gluon and ws_dkdv and which == "both" and not (fp8_dk or fp8_dq) and dq_mode == "kernel" else 0)
+    ds_heads = (ds_out_heads(ds_out, hq // hkv, seq, fp8_dq)
+                if on_gluon and ws_dkdv and which == "both" and not fp8_dk and dq_mode == "kernel" else 0)
     ds_buf = None
     if ds_heads:
         ds_heads = even_chunk(ds_heads, b * hkv)
-        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device)
+        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device, fp8_dq)
         ds_heads = ds_heads if ds_buf is not None else 0
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then; ds_out's dQ
     # product reads what the dK/dV kernel wrote
@@ -594,7 +595,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
             if ds_heads:
-                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv))
+                fp8_ds = None
+                if fp8_dq:  # the buffer in E4M3 under ρ, 1/ρ in the statistics the dK/dV kernel copies
+                    rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(),
+                                       v.scale, v.off.per_token_scale(), causal, block, do_l1=fp8_row_l1(do.vals))
+                    stats[:, attention_bwd_gluon.DS_IRHO_ROW] = (1.0 / rho).reshape(b * hq, seq)
+                    fp8_ds = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
+                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv),
+                                          fp8_ds)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
@@ -635,10 +643,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     return dq, dk, dv
 
 
-def ds_out_heads(budget: int, group: int, seq: int) -> int:
-    """K / V heads whose dS buffers (`attention_bwd_gluon.ds_buffer`, `group` query heads each) fit `budget` bytes
-    (launch option ds_out); 0 where not even one does (the backward then runs the dQ kernel: the same bits)."""
-    return budget // (group * attention_bwd_gluon.ds_buffer_bytes(seq))
+def ds_out_heads(budget: int, group: int, seq: int, fp8: bool = False) -> int:
+    """K / V heads whose dS buffers (`attention_bwd_gluon.ds_buffer`, `group` query heads each, fp8 with fp8_dq) fit
+    `budget` bytes (launch option ds_out); 0 where not even one does (the backward then runs the dQ kernel: the same
+    bits)."""
+    return budget // (group * attention_bwd_gluon.ds_buffer_bytes(seq, fp8))
 
 
 def even_chunk(most: int, total: int) -> int:
@@ -651,13 +660,13 @@ def even_chunk(most: int, total: int) -> int:
 _DS_WORKSPACE_WARNED: set = set()
 
 
-def ds_workspace(heads: int, seq: int, device) -> torch.Tensor | None:
-    """The dS buffer of `heads` query heads (launch option ds_out), or None where the device has no memory left for it:
-    the backward then runs the dQ kernel (the same gradients, slower) and says so once per size."""
+def ds_workspace(heads: int, seq: int, device, fp8: bool = False) -> torch.Tensor | None:
+    """The dS buffer of `heads` query heads (launch option ds_out; fp8 with fp8_dq), or None where the device has no
+    memory left for it: the backward then runs the dQ kernel (the same gradients, slower) and says so once per size."""
     try:
-        return attention_bwd_gluon.ds_buffer(1, heads, seq, device)
+        return attention_bwd_gluon.ds_buffer(1, heads, seq, device, fp8)
     except torch.OutOfMemoryError:
-        nbytes = heads * attention_bwd_gluon.ds_buffer_bytes(seq)
+        nbytes = heads * attention_bwd_gluon.ds_buffer_bytes(seq, fp8)
         if nbytes not in _DS_WORKSPACE_WARNED:
             _DS_WORKSPACE_WARNED.add(nbytes)
             warnings.warn(f"flamia_kernels: no device memory for the attention backward's dS workspace ({nbytes} "
@@ -666,10 +675,11 @@ def ds_workspace(heads: int, seq: int, device) -> torch.Tensor | None:
         return None
 
 
-def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out):
+def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out, fp8_ds=None):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
     the ws dK/dV kernel fills the dS buffer `buf` (`ds_workspace`) and `dq_from_ds` reads it, one after the other on
-    this stream, so the buffer (reused by every chunk) never holds more than the budget."""
+    this stream, so the buffer (reused by every chunk) never holds more than the budget. fp8_ds (an fp8 buffer, with
+    fp8_dq): (K8ᵀ, its token-block copy's K8ᵀ, ρ) for `dq_from_ds`' FP8 product, in place of copies' bf16 K."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
@@ -677,7 +687,8 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, 
     for h0 in range(0, b * hkv, heads):
         kv = range(h0, min(h0 + heads, b * hkv))
         attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
-        dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq)
+        k_ops, rho = (copies[2:4], None) if fp8_ds is None else (fp8_ds[:2], fp8_ds[2])
+        dq_from_ds(buf, *k_ops, b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq, rho=rho)
     return dq
 
 

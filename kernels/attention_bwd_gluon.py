@@ -67,6 +67,9 @@ if HAS_GLUON:
 BN = 64
 BM = 32  # queries per sub-tile
 DS_QB = 128  # queries per tile of the dS buffer (`ds_buffer`): the dQ-from-dS kernel's rows per program
+# the row of `attention_bwd_copies.query_stats` (past its five statistics) that holds 1/ρ per query for an fp8 dS
+# buffer (`_store_ds`; launch options ds_out with fp8_dq)
+DS_IRHO_ROW = 5
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
 # The Triton kernels' fast-path launch (`attention_bwd.launch_config`) that the Gluon kernels stand in for
@@ -103,6 +106,7 @@ def eligible(q, k, v, spec, causal: bool, doc, cfg: dict) -> str | None:
 if HAS_GLUON:
 
     _DS_QB = gl.constexpr(DS_QB)
+    _DS_IRHO_ROW = gl.constexpr(DS_IRHO_ROW)
 
     @gluon.jit
     def _init_ring(STAGES: gl.constexpr):
@@ -159,10 +163,16 @@ if HAS_GLUON:
         """DS_OUT: this sub-tile's dS·s_k in bf16 (the dQ kernel's A operand, `dq_from_ds`: the same expression as
         `_dq_gluon_kernel`'s y) into the program's ring of two shared tiles and from there by TMA to its place in
         the dS buffer (`ds_buffer`). One barrier a sub-tile: the wait for the other tile's store (issued a
-        sub-tile ago) comes before it, so that tile is free for the next sub-tile."""
-        y_s, y_desc, row, col = yout
+        sub-tile ago) comes before it, so that tile is free for the next sub-tile. An fp8 buffer (launch options
+        ds_out with fp8_dq) takes E4M3(dS·s_k/ρ) instead, 1/ρ per query (`reference.dq_row_scale`, a power of two)
+        from row DS_IRHO_ROW of the sub-tile's statistics: the FP8 dQ product's A operand, half the bytes."""
+        y_s, y_desc, row, col, st_view = yout
         buf = y_s.index(c % 2)
-        buf.store((dst * kscale).to(gl.bfloat16))
+        if y_s.dtype == gl.float8e4nv:
+            irho = _stats_row(st_view, _DS_IRHO_ROW, gl.SliceLayout(0, dst.type.layout))
+            buf.store(((dst * kscale) * irho[None, :]).to(gl.float8e4nv))
+        else:
+            buf.store((dst * kscale).to(gl.bfloat16))
         fence_async_shared()
         tma.store_wait(0)
         gl.thread_barrier()
@@ -244,16 +254,17 @@ if HAS_GLUON:
         return dv, dk
 
     @gluon.jit
-    def _ds_place(ybase, lo, DS_OUT: gl.constexpr):
+    def _ds_place(ybase, lo, st_view, DS_OUT: gl.constexpr):
         """Where the sub-tile of queries lo.. goes in the dS buffer (`ds_buffer`): ybase = (its shared ring, its
         TMA descriptor, the index of this head's first tile plus the program's key block); a tile holds one key
         block's [BN, DS_QB] values, and query block qb's 2(qb + 1) tiles follow the qb(qb + 1) of blocks before it,
-        so the box's (row, column) is ((ybase's index + qb(qb + 1))·BN, lo mod DS_QB)."""
+        so the box's (row, column) is ((ybase's index + qb(qb + 1))·BN, lo mod DS_QB). st_view: the sub-tile's
+        statistics in its ring stage (an fp8 buffer's 1/ρ, `_store_ds`)."""
         if DS_OUT:
             y_s, y_desc, tile0 = ybase
             BN: gl.constexpr = y_desc.block_type.shape[0]
             qb = lo // _DS_QB
-            return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB
+            return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB, st_view
         else:
             return ybase
 
@@ -297,7 +308,7 @@ if HAS_GLUON:
             mbarrier.wait(ready.index(nxt), ((c + j + 1) // STAGES) & 1)
             st_n, dpt_n = _fresh_products(k_s, q_s.index(nxt), v_s, do_s.index(nxt), zero)
             dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L,
-                                   FP8_DK, _ds_place(ybase, ylo + j * BM, DS_OUT), c + j, DS_OUT)
+                                   FP8_DK, _ds_place(ybase, ylo + j * BM, st_s.index(stage), DS_OUT), c + j, DS_OUT)
             # everything retires here: an accumulator still in flight across the loop's back edge
             # is read by the loop's register moves, and ptxas then serializes every wgmma (C7514)
             st, dpt, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(st_n, dpt_n, dv, dk))
@@ -306,7 +317,7 @@ if HAS_GLUON:
         stage = (c + j) % STAGES
         stats = _query_stats(st_s.index(stage), QRY)
         dv, dk = _off_sub_tile(st, dpt, stats, smems, stage, kbs, vbs, itau, isig, dv, dk, qk_scale, A_L, A8_L, FP8_DK,
-                               _ds_place(ybase, ylo + j * BM, DS_OUT), c + j, DS_OUT)
+                               _ds_place(ybase, ylo + j * BM, st_s.index(stage), DS_OUT), c + j, DS_OUT)
         dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
         _done_with(j, c, n_off, stage, bh, lo, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, WS, True)
         return dv, dk
@@ -625,24 +636,26 @@ def _cols_desc(t, cols: int, dtype):
                                         nvmma_layout((d, cols), dtype))
 
 
-def ds_buffer_bytes(seq: int) -> int:
-    """Bytes of one query head's share of the dS buffer (`ds_buffer`): S² + DS_QB·S."""
+def ds_buffer_bytes(seq: int, fp8: bool = False) -> int:
+    """Bytes of one query head's share of the dS buffer (`ds_buffer`): S² + DS_QB·S in bf16, half that in fp8."""
     n_qb = seq // DS_QB
-    return n_qb * (n_qb + 1) * BN * DS_QB * 2
+    return n_qb * (n_qb + 1) * BN * DS_QB * (1 if fp8 else 2)
 
 
-def ds_buffer(b: int, hq: int, seq: int, device) -> torch.Tensor:
+def ds_buffer(b: int, hq: int, seq: int, device, fp8: bool = False) -> torch.Tensor:
     """The dS buffer of launch option `ds_out`: for each query head, each block of DS_QB queries and each of the
-    2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] bf16 tile of dS·s_k with the keys as rows
-    (the dK/dV kernel's orientation), the tiles of query block qb after those of blocks 0..qb − 1 (qb(qb + 1)
-    of them). Causal, so half the square: S² bytes a head."""
+    2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] tile of dS·s_k with the keys as rows (the
+    dK/dV kernel's orientation), the tiles of query block qb after those of blocks 0..qb − 1 (qb(qb + 1) of them).
+    Causal, so half the square: S² bytes a head in bf16; fp8 (with launch option fp8_dq) E4M3(dS·s_k/ρ), S²/2."""
     n_qb = seq // DS_QB
-    return torch.empty(b * hq * n_qb * (n_qb + 1) * BN, DS_QB, dtype=torch.bfloat16, device=device)
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    return torch.empty(b * hq * n_qb * (n_qb + 1) * BN, DS_QB, dtype=dtype, device=device)
 
 
 def ds_descriptor(buf: torch.Tensor, rows: int, cols: int):
     """A TMA descriptor over the dS buffer in [rows, cols] boxes (the dK/dV kernel's sub-tiles: keys × queries)."""
-    return TensorDescriptor.from_tensor(buf, [rows, cols], nvmma_layout((rows, cols), gl.bfloat16))
+    dtype = gl.float8e4nv if buf.dtype == torch.float8_e4m3fn else gl.bfloat16
+    return TensorDescriptor.from_tensor(buf, [rows, cols], nvmma_layout((rows, cols), dtype))
 
 
 # the statistics' boxes, unswizzled: each row is read as one vector

@@ -153,7 +153,8 @@ if HAS_GLUON:
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
                 mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
                 dv, dk = _diag_sub_tile(k_s, v_s, smems, stage, ks, vs, itau, isig, offs_n, offs_m, dv, dk, zero,
-                                        qk_scale, QRY, A_L, A8_L, FP8_DK, _ds_place(ybase, first + j * BM, DS_OUT), c,
+                                        qk_scale, QRY, A_L, A8_L, FP8_DK,
+                                        _ds_place(ybase, first + j * BM, smems[4].index(stage), DS_OUT), c,
                                         DS_OUT)
                 _release(empty, stage)
                 c += 1

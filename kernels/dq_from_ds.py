@@ -35,6 +35,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_quant import mma
+    from .quantize import _e4m3_value
 
 # QB queries per program = per tile of the dS buffer; BN keys per tile (the dK/dV kernel's keys per program); TB the
 # forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
@@ -49,8 +50,17 @@ if HAS_TRITON:
         return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :])
 
     @triton.jit
-    def _dq_from_ds_kernel(Y, KBF, KBBF, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
-                           BN: tl.constexpr, TB: tl.constexpr, INTERP: tl.constexpr):
+    def _k_tile(K, bhk, kb, offs_k, offs_d, S, D: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
+        """Key block kb of K / V head bhk as the product's [BN keys, D] B operand: a bf16 copy's rows ([B·Hkv·S, D]),
+        or FP8 the bytes K-major (K8ᵀ [B·Hkv·D, S]: the FP8 wgmma's B operand needs the keys contiguous)."""
+        if FP8:
+            return tl.load(K + (bhk.to(tl.int64) * D + offs_d[None, :]) * S + kb * BN + offs_k[:, None])
+        else:
+            return tl.load(K + (bhk.to(tl.int64) * S + kb * BN + offs_k[:, None]) * D + offs_d[None, :])
+
+    @triton.jit
+    def _dq_from_ds_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
+                           BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -60,36 +70,74 @@ if HAS_TRITON:
         offs_k = tl.arange(0, BN)
         offs_q = tl.arange(0, QB)
         offs_d = tl.arange(0, D)
-        k_rows = (bh // G).to(tl.int64) * S + offs_k
+        bhk = bh // G
         acc = tl.zeros([QB, D], tl.float32)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
-            kt = tl.load(KBBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            acc = mma(tl.trans(yt), kt, INTERP, acc)  # bf16, fp32 sums
+            kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
+            acc = mma(tl.trans(yt), kt, INTERP, acc)  # fp32 sums
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
             yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
-            # queries before the block were never written (bf16 zeros: a bf16 product)
+            # queries before the block were never written (zeros of the tile's type)
             yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
-            kt = tl.load(KBF + (k_rows + kb * BN)[:, None] * D + offs_d[None, :])
-            acc = mma(tl.trans(yt), kt, INTERP, acc)  # bf16, fp32 sums
-        out = (bh.to(tl.int64) * S + first + offs_q)[:, None] * D + offs_d[None, :]
-        tl.store(DQ + out, (acc * sm_scale).to(tl.bfloat16))
+            kt = _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
+            acc = mma(tl.trans(yt), kt, INTERP, acc)  # fp32 sums
+        rows = bh.to(tl.int64) * S + first + offs_q
+        if FP8:  # the tiles hold dS·s_k/ρ: ρ per query back on the sums
+            acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]
+        else:
+            acc = acc * sm_scale
+        tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+
+
+    @triton.jit
+    def _fp8_row_l1_kernel(X, OUT, N, D: tl.constexpr, ROWS: tl.constexpr):
+        """‖x_i‖₁ of ROWS rows of E4M3 bytes [N, D] (as uint8), in fp32."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        x = tl.load(X + rows.to(tl.int64)[:, None] * D + tl.arange(0, D)[None, :], mask=(rows < N)[:, None], other=0)
+        tl.store(OUT + rows, tl.sum(tl.abs(_e4m3_value(x.to(tl.int32))), 1), mask=rows < N)
 
 
 _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
+_L1_LAUNCH = Relaunch(_fp8_row_l1_kernel) if HAS_TRITON else None
+_L1_ROWS = 64
+
+
+def fp8_row_l1(x8: torch.Tensor) -> torch.Tensor:
+    """‖x_i‖₁ [..., S] fp32 of E4M3 rows x8 [..., S, D] (dO8's, for `reference.dq_row_scale`'s bound): one read of the
+    bytes, where PyTorch would write and read fp32 copies of them. The sum's order is the kernel's: within an ulp or
+    two of PyTorch's, and ρ rounds the bound up to a power of two."""
+    d = x8.shape[-1]
+    out = torch.empty(x8.shape[:-1], dtype=torch.float32, device=x8.device)
+    n = out.numel()
+    if n:
+        _L1_LAUNCH((-(-n // _L1_ROWS),), (x8.contiguous().view(torch.uint8), out, n), dict(D=d, ROWS=_L1_ROWS),
+                   dict(num_warps=4))
+    return out
 
 
 def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,
-               sm_scale: float, heads: range | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+               sm_scale: float, heads: range | None = None, out: torch.Tensor | None = None,
+               rho: torch.Tensor | None = None) -> torch.Tensor:
     """dQ [B, Hq, S, D] bf16 from the dS buffer (`attention_bwd_gluon.ds_buffer`, filled by the dK/dV kernel's
     `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]. heads: the flat query
-    heads (b·Hq + h) the buffer holds, in order (all by default); out: the dQ tensor to write their rows into."""
-    d = kbf.shape[-1]
+    heads (b·Hq + h) the buffer holds, in order (all by default); out: the dQ tensor to write their rows into.
+    An fp8 buffer (launch options ds_out with fp8_dq: E4M3(dS·s_k/ρ)) multiplies K's bytes K-major instead, KBF =
+    K8ᵀ and KBBF = its token-block copy's, [B, Hkv, D, S], and needs ρ [B, Hq, S] (`reference.dq_row_scale`)."""
+    fp8 = ds.dtype == torch.float8_e4m3fn
+    d = kbf.shape[-2] if fp8 else kbf.shape[-1]
     if seq % QB:
         raise ValueError(f"dq_from_ds: sequence length {seq} is not a multiple of {QB}")
+    if fp8 != (rho is not None):
+        raise ValueError(f"dq_from_ds: an fp8 dS buffer needs its queries' scales rho, a bf16 one none (the buffer is "
+                         f"{ds.dtype}, rho {'given' if rho is not None else 'None'})")
+    if fp8 and kbf.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"dq_from_ds: an fp8 dS buffer multiplies K's fp8 bytes K-major [B, Hkv, D, S], got "
+                         f"{kbf.dtype}")
     heads = range(b * hq) if heads is None else heads
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
-    _LAUNCH((seq // QB, len(heads)), (ds, kbf, kbbf, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-            dict(D=d, QB=QB, BN=BN, TB=TB, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
+    _LAUNCH((seq // QB, len(heads)),
+            (ds, kbf, kbbf, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
+            dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
     return out

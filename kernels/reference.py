@@ -151,7 +151,7 @@ def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: 
 
 def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: torch.Tensor,
                  k_off_scale: torch.Tensor | None, v_scale: torch.Tensor, v_off_scale: torch.Tensor | None,
-                 causal: bool, tile: int = SEQ_BLOCK) -> torch.Tensor:
+                 causal: bool, tile: int = SEQ_BLOCK, do_l1: torch.Tensor | None = None) -> torch.Tensor:
     """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (launch option fp8_dq, a probe)
     whose A operand is E4M3(dS_ij · s_k(i, j) / ρ_i), chained over every key sub-tile.
 
@@ -160,10 +160,13 @@ def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: 
     tile and the token-block copies' off it (without copies, per token everywhere). ρ_i = the smallest power of two
     ≥ max(f_i · KVd_i + g_i · Kd_i, f_i · KVo_i + g_i · Ko_i) / 448, with KVd, Kd the largest s_k s_v, s_k over the
     keys of i's tile that it sees (j ≤ i when causal) and KVo, Ko over the earlier tiles (every other one without
-    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking."""
+    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking.
+    do_l1: ‖dO8_i‖₁ [B, Hq, S] where a kernel computed it (`dq_from_ds.fp8_row_l1`: the same fp32 sums), else here."""
     b, hq, seq = do.scale.shape
     hkv = k_scale.shape[1]
-    f = linv * do.scale * do.vals.float().abs().sum(-1) * 448.0
+    if do_l1 is None:
+        do_l1 = do.vals.float().abs().sum(-1)
+    f = linv * do.scale * do_l1 * 448.0
     g = linv * delta.abs()
     ko = k_scale if k_off_scale is None else k_off_scale
     vo = v_scale if v_off_scale is None else v_off_scale

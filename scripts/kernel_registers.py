@@ -251,11 +251,12 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False, ds_fp8: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's); fp8_dk (ws only): with its dK product in FP8 (launch
-    option fp8_dk, against Q8ᵀ); ds_out (ws only): storing dS for `dq_from_ds` (launch option ds_out)."""
+    option fp8_dk, against Q8ᵀ); ds_out (ws only): storing dS for `dq_from_ds` (launch option ds_out), ds_fp8 in E4M3
+    (with launch option fp8_dq)."""
     import torch
     from triton.runtime.jit import mangle_type
 
@@ -280,13 +281,14 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
         consts = {**consts, "FP8_DK": True}
     kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"]
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
-        y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu"), G.BN, G.BM) if ds_out else descs[2]
+        y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu", ds_fp8), G.BN, G.BM) if ds_out else descs[2]
         kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
         consts = {**consts, "DS_OUT": ds_out}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
-            + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else ""), **ptxas_report(ptx),
+            + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else "") + (":fp8" if ds_out and ds_fp8 else ""),
+            **ptxas_report(ptx),
             "mma": mma_kinds(ptx)}
 
 

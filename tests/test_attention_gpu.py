@@ -743,6 +743,31 @@ def test_gpu_fp8_ds_probes_match_the_reference():
     assert all(b > 2 * e for b, e in zip(base_errs.values(), errs.values(), strict=True)), (errs, base_errs)
 
 
+@pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 2048)])
+def test_gpu_fp8_ds_out_matches_the_fp8_dq_probe(shape, monkeypatch):
+    """Launch options ds_out with fp8_dq: the ws dK/dV kernel stores E4M3(dS·s_k/ρ) (half the bytes of the bf16
+    buffer) and `dq_from_ds` runs the FP8 dQ product over it. dQ against the Gluon dQ kernel's fp8_dq probe (the same
+    numerics, `reference.backward_math(fp8_dq=True)`), dK and dV the default launch's bits."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse("fp8")
+    b, hq, hkv, seq = shape
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=67)
+    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    probe = attention_bwd.backward(*args, config={**base, "fp8_dq": True, "ds_out": 0})
+    calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
+    got = attention_bwd.backward(*args, config={**base, "fp8_dq": True})
+    assert len(calls) >= 1, calls
+    err, base_err = _rel(got[0], probe[0]), _rel(want[0], probe[0])
+    print(f"\nfp8 ds_out {shape}: dQ vs the fp8_dq probe bit-identical {torch.equal(got[0], probe[0])}, rel-L2 "
+          f"{err:.2e} (bf16 dS vs the probe {base_err:.2e}); dK, dV bit-identical "
+          f"{[torch.equal(a, c) for a, c in zip(got[1:], want[1:], strict=True)]}")
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    assert got[0].isfinite().all() and err <= 1e-3 and base_err > 10 * err, (err, base_err)
+
+
 def test_gpu_relaunched_kernels_match_triton_s_launches():
     """`relaunch.Relaunch`: a training call whose kernels launch through their kept plans (the launcher called
     directly) gives the bits of the same call launched through Triton. Fresh inputs for each call; GQA, B > 1,

@@ -155,6 +155,10 @@ def test_backward_ds_out_option():
     assert attention_bwd.ds_out_heads(2 * head - 1, 2, 8192) == 0  # not one: the dQ kernel
     assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 65536) == 1
     assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 81920) == 0
+    # an fp8 buffer (with fp8_dq): half the bytes, twice the heads under a budget
+    assert 2 * attention_bwd_gluon.ds_buffer_bytes(8192, fp8=True) == head
+    assert attention_bwd.ds_out_heads(4 * head, 2, 8192, fp8=True) == 4
+    assert attention_bwd.ds_out_heads(attention_bwd.DS_OUT_BUDGET, 1, 81920, fp8=True) == 1
 
 
 def _no_device_memory(*args, **kwargs):
@@ -211,7 +215,8 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
             out[1].view(b * hkv, seq, -1)[h] = -(h + 1)
         return out
 
-    def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None):
+    def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None, rho=None):
+        assert rho is None  # a bf16 buffer
         calls.append(("dq", heads, buf.data_ptr()))
         for h in heads:
             out.view(b * hq, seq, -1)[h] = 10 * (h + 1)

@@ -7,7 +7,7 @@ from flamia_kernels.attention_bwd_gluon import BN, DS_QB
 from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
 
 
-def _pack(y: torch.Tensor) -> torch.Tensor:
+def _pack(y: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The dS buffer of y [B, Hq, S (queries), S (keys)] (`attention_bwd_gluon.ds_buffer`'s layout): per head and
     query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1; where the dK/dV kernel writes
     nothing (queries before a key block's first key) NaN."""
@@ -22,7 +22,7 @@ def _pack(y: torch.Tensor) -> torch.Tensor:
                 queries = qb * QB + torch.arange(QB)
                 t[:, queries < kb * BN] = float("nan")
                 tiles.append(t)
-    return torch.cat(tiles).to(torch.bfloat16)
+    return torch.cat(tiles).to(dtype)
 
 
 def _want(y, kbf, kbbf, sm_scale):
@@ -53,6 +53,36 @@ def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
     assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2)
     # the token-block copy's rows matter off the diagonal: with the per-token rows everywhere the sums differ
     assert not torch.allclose(got.float(), _want(y, kbf, kbf, 0.125).float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
+def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq):
+    """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, ρ per
+    query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics, `reference.backward_math(
+    fp8_dq=True)`)."""
+    gen = torch.Generator().manual_seed(seq + hq + 1)
+    y = torch.randn(b, hq, seq, seq, generator=gen) * 60.0
+    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None], y, 0.0)
+    y8 = y.to(torch.float8_e4m3fn).float()  # the values the buffer holds
+    k8 = (torch.randn(b, hkv, seq, 128, generator=gen) * 40.0).to(torch.float8_e4m3fn)
+    kb8 = (torch.randn(b, hkv, seq, 128, generator=gen) * 40.0).to(torch.float8_e4m3fn)
+    rho = torch.exp2(torch.randint(-6, 6, (b, hq, seq), generator=gen).float())
+    k8t, kb8t = (x.transpose(-1, -2).contiguous() for x in (k8, kb8))
+    got = dq_from_ds(_pack(y8, torch.float8_e4m3fn), k8t, kb8t, b, hq, seq, 0.125, rho=rho)
+    want = _want(y8 * rho[..., None], k8.float().to(torch.bfloat16), kb8.float().to(torch.bfloat16), 0.125)
+    assert got.isfinite().all()
+    assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2 * want.float().abs().max().item())
+    # ρ is applied per query: without it the sums differ
+    assert not torch.allclose(got.float(), _want(y8, k8.float(), kb8.float(), 0.125).float(), rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match="needs its queries' scales"):
+        dq_from_ds(_pack(y8, torch.float8_e4m3fn), k8t, kb8t, b, hq, seq, 0.125)
+
+
+def test_fp8_row_l1_matches_pytorch():
+    from flamia_kernels.dq_from_ds import fp8_row_l1
+
+    x8 = (torch.randn(2, 3, 200, 64, generator=torch.Generator().manual_seed(3)) * 100).to(torch.float8_e4m3fn)
+    assert torch.allclose(fp8_row_l1(x8), x8.float().abs().sum(-1), rtol=1e-6)
 
 
 def test_dq_from_ds_rejects_a_length_off_its_blocks():
