@@ -165,12 +165,14 @@ if HAS_GLUON:
         the dS buffer (`ds_buffer`). One barrier a sub-tile: the wait for the other tile's store (issued a
         sub-tile ago) comes before it, so that tile is free for the next sub-tile. An fp8 buffer (launch options
         ds_out with fp8_dq) takes E4M3(dS·s_k/ρ) instead, 1/ρ per query (`reference.dq_row_scale`, a power of two)
-        from row DS_IRHO_ROW of the sub-tile's statistics: the FP8 dQ product's A operand, half the bytes."""
+        from row DS_IRHO_ROW of the sub-tile's statistics: the FP8 dQ product's A operand, half the bytes, stored
+        with the keys contiguous (the shared tile is [queries, keys]: FP8 wgmma reads its A operand K-major only, and
+        a byte transposition here, 16 conflict-free byte stores a thread, is cheaper than in `dq_from_ds`)."""
         y_s, y_desc, row, col, st_view = yout
         buf = y_s.index(c % 2)
         if y_s.dtype == gl.float8e4nv:
             irho = _stats_row(st_view, _DS_IRHO_ROW, gl.SliceLayout(0, dst.type.layout))
-            buf.store(((dst * kscale) * irho[None, :]).to(gl.float8e4nv))
+            buf.permute((1, 0)).store(((dst * kscale) * irho[None, :]).to(gl.float8e4nv))
         else:
             buf.store((dst * kscale).to(gl.bfloat16))
         fence_async_shared()
@@ -258,13 +260,17 @@ if HAS_GLUON:
         """Where the sub-tile of queries lo.. goes in the dS buffer (`ds_buffer`): ybase = (its shared ring, its
         TMA descriptor, the index of this head's first tile plus the program's key block); a tile holds one key
         block's [BN, DS_QB] values, and query block qb's 2(qb + 1) tiles follow the qb(qb + 1) of blocks before it,
-        so the box's (row, column) is ((ybase's index + qb(qb + 1))·BN, lo mod DS_QB). st_view: the sub-tile's
-        statistics in its ring stage (an fp8 buffer's 1/ρ, `_store_ds`)."""
+        so the box's (row, column) is ((ybase's index + qb(qb + 1))·BN, lo mod DS_QB); in an fp8 buffer, whose tiles
+        are [DS_QB, BN] (the keys contiguous), ((ybase's index + qb(qb + 1))·DS_QB + lo mod DS_QB, 0). st_view: the
+        sub-tile's statistics in its ring stage (an fp8 buffer's 1/ρ, `_store_ds`)."""
         if DS_OUT:
             y_s, y_desc, tile0 = ybase
-            BN: gl.constexpr = y_desc.block_type.shape[0]
             qb = lo // _DS_QB
-            return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB, st_view
+            if y_s.dtype == gl.float8e4nv:
+                return y_s, y_desc, (tile0 + qb * (qb + 1)) * _DS_QB + lo % _DS_QB, 0, st_view
+            else:
+                BN: gl.constexpr = y_desc.block_type.shape[0]
+                return y_s, y_desc, (tile0 + qb * (qb + 1)) * BN, lo % _DS_QB, st_view
         else:
             return ybase
 
@@ -646,16 +652,20 @@ def ds_buffer(b: int, hq: int, seq: int, device, fp8: bool = False) -> torch.Ten
     """The dS buffer of launch option `ds_out`: for each query head, each block of DS_QB queries and each of the
     2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] tile of dS·s_k with the keys as rows (the
     dK/dV kernel's orientation), the tiles of query block qb after those of blocks 0..qb − 1 (qb(qb + 1) of them).
-    Causal, so half the square: S² bytes a head in bf16; fp8 (with launch option fp8_dq) E4M3(dS·s_k/ρ), S²/2."""
+    Causal, so half the square: S² bytes a head in bf16. fp8 (with launch option fp8_dq): E4M3(dS·s_k/ρ), S²/2
+    bytes, each tile [DS_QB, BN] with the queries as rows (the FP8 dQ product's A operand, K-major)."""
     n_qb = seq // DS_QB
-    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
-    return torch.empty(b * hq * n_qb * (n_qb + 1) * BN, DS_QB, dtype=dtype, device=device)
+    if fp8:
+        return torch.empty(b * hq * n_qb * (n_qb + 1) * DS_QB, BN, dtype=torch.float8_e4m3fn, device=device)
+    return torch.empty(b * hq * n_qb * (n_qb + 1) * BN, DS_QB, dtype=torch.bfloat16, device=device)
 
 
-def ds_descriptor(buf: torch.Tensor, rows: int, cols: int):
-    """A TMA descriptor over the dS buffer in [rows, cols] boxes (the dK/dV kernel's sub-tiles: keys × queries)."""
-    dtype = gl.float8e4nv if buf.dtype == torch.float8_e4m3fn else gl.bfloat16
-    return TensorDescriptor.from_tensor(buf, [rows, cols], nvmma_layout((rows, cols), dtype))
+def ds_descriptor(buf: torch.Tensor, keys: int, queries: int):
+    """A TMA descriptor over the dS buffer in boxes of a dK/dV sub-tile's keys × queries: [keys, queries] in a bf16
+    buffer, [queries, keys] in an fp8 one (`ds_buffer`)."""
+    if buf.dtype == torch.float8_e4m3fn:
+        return TensorDescriptor.from_tensor(buf, [queries, keys], nvmma_layout((queries, keys), gl.float8e4nv))
+    return TensorDescriptor.from_tensor(buf, [keys, queries], nvmma_layout((keys, queries), gl.bfloat16))
 
 
 # the statistics' boxes, unswizzled: each row is read as one vector

@@ -20,6 +20,14 @@ the same bf16 products in the same order (key blocks ascending, 16 keys a wgmma 
 bit-identical to the dQ kernel's (tests/test_attention_gpu.py, `test_gpu_ds_out_matches_the_dq_kernel`). On an H100
 at S = 8k, B×H = 64 it reads the 4.4 GB buffer at 2.55 TB/s (1.66–1.71 ms; a copy of the buffer runs at 3.0 TB/s
 read + write) where the dQ kernel took 2.2 ms (docs/benchmarks.md, session 25).
+
+With launch option fp8_dq (session 26; not yet run on a GPU) the buffer holds E4M3(dS·s_k/ρ) under the queries' bound
+scales ρ (`reference.dq_row_scale`, powers of two known before the backward), half the bytes each way, and dQ =
+ρ · sm_scale · Σ tiles·K8 is one FP8 product a key block against K's bytes K-major (K8ᵀ and its token-block copy's):
+`reference.backward_math(fp8_dq=True)`'s numerics, the Gluon dQ kernel's fp8_dq probe's. FP8 wgmma reads its A
+operand K-major only, so the fp8 tiles are [QB queries, BN keys], transposed by the dK/dV kernel on its way into
+shared memory (16 conflict-free byte stores a thread a sub-tile); transposed here, Triton moved each byte through
+shared memory by itself (64 byte loads a thread a tile pair; scripts/kernel_registers.py --kernels dq_from_ds).
 """
 from __future__ import annotations
 
@@ -45,9 +53,14 @@ WARPS, STAGES = 8, 3
 if HAS_TRITON:
 
     @triton.jit
-    def _ds_tile(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr):
-        """Tile `tile` of the dS buffer: [BN keys, QB queries]."""
-        return tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :])
+    def _ds_operand(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
+        """Tile `tile` of the dS buffer as the product's A operand [QB queries, BN keys]: a bf16 tile is stored
+        [BN keys, QB queries] (transposed here: 16-bit words, ldmatrix .trans), an fp8 one [QB, BN] (FP8 wgmma reads A
+        K-major only, and a byte transposition here cost a byte load a byte)."""
+        if FP8:
+            return tl.load(Y + (tile.to(tl.int64) * QB + offs_q[:, None]) * BN + offs_k[None, :])
+        else:
+            return tl.trans(tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :]))
 
     @triton.jit
     def _k_tile(K, bhk, kb, offs_k, offs_d, S, D: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
@@ -73,15 +86,15 @@ if HAS_TRITON:
         bhk = bh // G
         acc = tl.zeros([QB, D], tl.float32)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
-            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
+            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8)
             kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
-            acc = mma(tl.trans(yt), kt, INTERP, acc)  # fp32 sums
+            acc = mma(a, kt, INTERP, acc)  # fp32 sums
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
-            yt = _ds_tile(Y, tile0 + kb, offs_k, offs_q, QB, BN)
+            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8)
             # queries before the block were never written (zeros of the tile's type)
-            yt = tl.where((first + offs_q)[None, :] >= kb * BN, yt, tl.zeros_like(yt))
+            a = tl.where((first + offs_q)[:, None] >= kb * BN, a, tl.zeros_like(a))
             kt = _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
-            acc = mma(tl.trans(yt), kt, INTERP, acc)  # fp32 sums
+            acc = mma(a, kt, INTERP, acc)  # fp32 sums
         rows = bh.to(tl.int64) * S + first + offs_q
         if FP8:  # the tiles hold dS·s_k/ρ: ρ per query back on the sums
             acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]

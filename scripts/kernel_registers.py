@@ -327,9 +327,36 @@ def gluon_dq_report(bn: int, fp8_dq: bool = False) -> dict:
     return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
+def dq_from_ds_report(fp8: bool = False) -> dict:
+    """compile_report for `dq_from_ds` (launch option ds_out's dQ product, Triton) at its launch: over a bf16 dS buffer
+    against K's bf16 copies, or fp8 (with fp8_dq) an E4M3 one against K8ᵀ; "byte_ops" counts its byte-wide shared
+    loads and stores (a transposition of fp8 bytes one by one: the fp8 buffer is stored K-major to avoid them)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import_for_gpu()
+    from flamia_kernels import dq_from_ds as M
+
+    kind = "*fp8e4nv" if fp8 else "*bf16"
+    sig = {"Y": kind, "KBF": kind, "KBBF": kind, "RHO": "*fp32", "DQ": "*bf16", "sm_scale": "fp32", "S": "i32",
+           "G": "i32", "BH0": "i32", "D": "constexpr", "QB": "constexpr", "BN": "constexpr", "TB": "constexpr",
+           "FP8": "constexpr", "INTERP": "constexpr"}
+    consts = dict(D=128, QB=M.QB, BN=M.BN, TB=M.TB, FP8=fp8, INTERP=False)
+    # pointers 16-byte aligned and S a multiple of 16, as Triton specializes the real launch
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
+    compiled = triton.compile(ASTSource(fn=M._dq_from_ds_kernel, signature=sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": M.WARPS,
+                                                                         "num_stages": M.STAGES})
+    ptx = compiled.asm["ptx"]
+    return {"config": f"{M.WARPS}x{M.STAGES}:qb{M.QB}" + (":fp8" if fp8 else ""), **ptxas_report(ptx),
+            "mma": mma_kinds(ptx), "byte_ops": len(re.findall(r"\b(?:ld|st)\.shared\.(?:b8|u8|s8)\b", ptx))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon"),
+    ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon",
+                                                     "dq_from_ds"),
                     default=["fwd", "dkdv", "dq"],
                     help="fwd_gluon / dkdv_gluon / dq_gluon: the sm_90 Gluon forward / dK/dV / dQ kernel (fp8, D = "
                          "128; the forward's configs :gluon[:chain|:pipeN], its stages follow the variant; dq_gluon "
@@ -369,7 +396,10 @@ def main(argv=None) -> int:
                 reports = [(gluon_dkdv_report(), not ws)]
                 if ws:
                     reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False),
-                                (gluon_dkdv_report(True, ds_out=True), False)]
+                                (gluon_dkdv_report(True, ds_out=True), False),
+                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False)]
+            elif kernel == "dq_from_ds":
+                reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False)]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
@@ -386,6 +416,8 @@ def main(argv=None) -> int:
                     print("       ptxas serialized this kernel's wgmma (C7511 / C7514 / C7515)", flush=True)
                 if args.mma:
                     print("       mma: " + ", ".join(r["mma"]), flush=True)
+                if "byte_ops" in r:
+                    print(f"       byte-wide shared loads / stores: {r['byte_ops']}", flush=True)
     return 0
 
 

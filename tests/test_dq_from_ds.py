@@ -9,8 +9,8 @@ from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
 
 def _pack(y: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The dS buffer of y [B, Hq, S (queries), S (keys)] (`attention_bwd_gluon.ds_buffer`'s layout): per head and
-    query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1; where the dK/dV kernel writes
-    nothing (queries before a key block's first key) NaN."""
+    query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1 ([QB, BN] in fp8); where the dK/dV
+    kernel writes nothing (queries before a key block's first key) NaN."""
     b, hq, seq, _ = y.shape
     n_qb = seq // QB
     tiles = []
@@ -21,7 +21,7 @@ def _pack(y: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
                 t = yb[qb * QB:(qb + 1) * QB, kb * BN:(kb + 1) * BN].t().clone()  # [keys, queries]
                 queries = qb * QB + torch.arange(QB)
                 t[:, queries < kb * BN] = float("nan")
-                tiles.append(t)
+                tiles.append(t.t().contiguous() if dtype == torch.float8_e4m3fn else t)
     return torch.cat(tiles).to(dtype)
 
 

@@ -95,7 +95,7 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    assert len(row) == 4 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
+    assert len(row) == 5 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
     # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM); and
     # its FP8 dK probe (launch option fp8_dk) and its dS stores for dq_from_ds (launch option ds_out) likewise, the
     # latter without spills (its loop runs at the register wall)
@@ -103,6 +103,9 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
     assert ":wsdkdv:fp8dk" in row[2] and 0 < int(row[2].split()[-3]) <= 128, row
     assert ":wsdkdv:dsout" in row[3] and 0 < int(row[3].split()[-3]) <= 128, row
     assert row[3].split()[-2:] == ["0", "0"], row
+    # and its fp8 dS stores (ds_out with fp8_dq: E4M3 bytes, transposed on the way into shared memory) likewise
+    assert ":wsdkdv:dsout:fp8" in row[4] and 0 < int(row[4].split()[-3]) <= 128, row
+    assert row[4].split()[-2:] == ["0", "0"], row
     assert "serialized" not in out.stdout, out.stdout
     for mma in ("m64n32k32.f32.e4m3.e4m3", "m64n128k32.f32.e4m3.e4m3", "m64n128k16.f32.bf16.bf16"):
         assert mma in out.stdout, (mma, out.stdout)
@@ -157,3 +160,21 @@ def test_ws_forward_probe_fits_fa3_schedule_on_sm90():
     assert report["serialized"] == "False", out.stdout
     assert "'dec 24'" in report["setmaxnreg"] and "'inc 240'" in report["setmaxnreg"], out.stdout
     assert report["wgmma"] == "24", out.stdout  # 2 consumers × (S(0), S(t + 1), P·V(t)) × 4 k-steps of 32
+
+
+def test_dq_from_ds_compiles_for_sm90_without_byte_transposes():
+    """`dq_from_ds` (launch option ds_out's dQ product) compiles for sm_90 without spills, within two programs per SM
+    (8 warps, at most 128 registers), with bf16 wgmma over a bf16 dS buffer and FP8 wgmma over an fp8 one (with
+    fp8_dq), none serialized; the fp8 buffer is stored K-major so that the kernel moves no byte one by one through
+    shared memory (its first form transposed the tiles here: a byte store a byte)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq_from_ds", "--mma"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("dq_from_ds ")]
+    assert len(rows) == 2 and ":fp8" in rows[1], out.stdout
+    for row in rows:
+        assert 0 < int(row.split()[-3]) <= 128 and row.split()[-2:] == ["0", "0"], row
+    assert "serialized" not in out.stdout, out.stdout
+    assert "m64n128k16.f32.bf16.bf16" in out.stdout and "m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
+    assert out.stdout.count("byte-wide shared loads / stores: 0") == 2, out.stdout
