@@ -541,9 +541,20 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     on_gluon = gluon and attention_bwd_gluon.eligible(
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
+    # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, not the FP8 dK probe): K / V heads per
+    # dS buffer and the buffer; none: the dQ kernel instead. With fp8_dq the buffer is fp8 and the copies pass writes
+    # K's bytes K-major (the FP8 dQ product's operand) in place of its bf16 copies.
+    ds_heads = (ds_out_heads(ds_out, hq // hkv, seq, fp8_dq)
+                if on_gluon and ws_dkdv and which == "both" and not fp8_dk and dq_mode == "kernel" else 0)
+    ds_buf = None
+    if ds_heads:
+        ds_heads = even_chunk(ds_heads, b * hkv)
+        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device, fp8_dq)
+        ds_heads = ds_heads if ds_buf is not None else 0
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     if pre:
-        qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats)
+        qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
+                                                           k_t=bool(ds_heads) and fp8_dq)
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
         if k.off is not None and k.off.deferred:  # re-quantized by the copies
@@ -571,15 +582,6 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if fp8_dk and not (on_gluon and ws_dkdv and which != "dq"):
         raise ValueError("backward config fp8_dk=True: the warp-specialized Gluon dK/dV kernel only (sm_90, the fp8 "
                          "fast path's launch with ws_dkdv)")
-    # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, none of the FP8 dS probes): K / V heads per
-    # dS buffer and the buffer; none: the dQ kernel instead
-    ds_heads = (ds_out_heads(ds_out, hq // hkv, seq, fp8_dq)
-                if on_gluon and ws_dkdv and which == "both" and not fp8_dk and dq_mode == "kernel" else 0)
-    ds_buf = None
-    if ds_heads:
-        ds_heads = even_chunk(ds_heads, b * hkv)
-        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device, fp8_dq)
-        ds_heads = ds_heads if ds_buf is not None else 0
     # fp8_dq's probe computes the dQ kernel's operands on this stream after this point: one stream then; ds_out's dQ
     # product reads what the dK/dV kernel wrote
     side = (_side_stream(q.vals.device, dq_stream)
@@ -600,7 +602,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                     rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(),
                                        v.scale, v.off.per_token_scale(), causal, block, do_l1=fp8_row_l1(do.vals))
                     stats[:, attention_bwd_gluon.DS_IRHO_ROW] = (1.0 / rho).reshape(b * hq, seq)
-                    fp8_ds = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
+                    fp8_ds = (kbf, kbbf, rho)  # the copies pass's K8ᵀ and its token-block copy's
                 dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv),
                                           fp8_ds)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns

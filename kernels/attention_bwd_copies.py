@@ -125,17 +125,38 @@ if HAS_TRITON:
         tl.store(_row_pair_ptrs(R, base, D, BR), tl.permute(((lo & 0xFF) | (hi << 8)).to(tl.int16), (2, 1, 0)))
 
     @triton.jit
+    def _store_bytes_transposed(XT, byte, bh, pid, S, D: tl.constexpr, BR: tl.constexpr):
+        """byte [BR tokens, D] (uint8) of one head's tokens pid·BR.. into its K-major copy XT [D, S] (uint8), two
+        tokens to an int16 (the first token's byte low: little-endian), so that the transposition moves 16-bit words
+        rather than bytes one by one."""
+        lo, hi = tl.split(tl.permute(tl.reshape(byte, [BR // 2, 2, D]), (0, 2, 1)))  # [BR/2, D] each
+        words = (lo.to(tl.int16) & 0xFF) | (hi.to(tl.int16) << 8)
+        pr = tl.arange(0, BR // 2)
+        ptr = (XT + bh * S * D + pid * BR).to(tl.pointer_type(tl.int16)) + tl.arange(0, D)[None, :] * (S // 2)
+        tl.store(ptr + pr[:, None], words)
+
+    @triton.jit
+    def _store_k_copy(KC, rows, code, bh, pid, S, D: tl.constexpr, BR: tl.constexpr, K_T: tl.constexpr):
+        """BR keys' E4M3 bytes (uint8 [BR, D]) as the dQ product's B operand: bf16 rows (exact), or K_T the bytes
+        K-major ([D, S] a head: an FP8 dQ product's, launch options ds_out with fp8_dq)."""
+        if K_T:
+            _store_bytes_transposed(KC, code, bh, pid, S, D, BR)
+        else:
+            tl.store(KC + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
+
+    @triton.jit
     def _key_copies_kernel(K, KS, KB, KBS, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr,
                            BR: tl.constexpr, K_OFF: tl.constexpr, K_REQ: tl.constexpr, V_OFF: tl.constexpr,
                            V_REQ: tl.constexpr, TINY: tl.constexpr, DO_K: tl.constexpr = True,
-                           DO_V: tl.constexpr = True):
+                           DO_V: tl.constexpr = True, K_T: tl.constexpr = False):
         """KBF, VR and (K_OFF / V_OFF) the token-block copies' KBBF, VBR for BR keys of one K/V head.
         V's bytes move two d per int16 (`_vt_byte_pairs`): a transpose, no arithmetic. V_REQ (BR = the
         token block): V's token-block copy is not given (VBT unread); its rows VBR and block scale VBS are
         re-quantized here from Vᵀ's per-token bytes and VS, as `quantize._fp8_requant_blocks_kernel` does
         (same bytes and scale: the same value, amax, division and E4M3 conversion per element). K_REQ (BR =
         the token block) likewise for K: its copy's bytes KB (uint8) and block scale KBS from K's per-token
-        bytes and KS, in the read that writes KBF, and KBBF from those bytes."""
+        bytes and KS, in the read that writes KBF, and KBBF from those bytes. K_T: KBF and KBBF are K's and its
+        copy's bytes K-major ([D, S] a head, uint8) instead of bf16 rows (`_store_k_copy`)."""
         bh = tl.program_id(1).to(tl.int64)
         pid = tl.program_id(0)
         offs_n = pid * BR + tl.arange(0, BR)
@@ -143,7 +164,10 @@ if HAS_TRITON:
         rows = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
         if DO_K:
             k8 = tl.load(K + rows)
-            tl.store(KBF + rows, k8.to(tl.bfloat16))
+            if K_T:
+                _store_bytes_transposed(KBF, k8.to(tl.uint8, bitcast=True), bh, pid, S, D, BR)
+            else:
+                tl.store(KBF + rows, k8.to(tl.bfloat16))
             if K_REQ:
                 x = _e4m3_value(k8.to(tl.uint8, bitcast=True).to(tl.int32)) * tl.load(KS + bh * S + offs_n)[:, None]
                 amax = tl.max(tl.max(_abs_bits(x), axis=1), axis=0)
@@ -151,16 +175,14 @@ if HAS_TRITON:
                 tl.store(KBS + bh * (S // BR) + pid, kscale)
                 q = _div_by_shared(x, kscale)
                 if _HW_FP8 and amax < _INF_BITS:  # no quotient is NaN: the hardware's bytes need no NaN fix
-                    f8 = q.to(tl.float8e4nv)
-                    tl.store(KB + rows, f8.to(tl.uint8, bitcast=True))
-                    tl.store(KBBF + rows, f8.to(tl.bfloat16))
+                    code = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
                 else:
                     code = _e4m3_code(q).to(tl.uint8)
-                    tl.store(KB + rows, code)
-                    # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
-                    tl.store(KBBF + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
+                tl.store(KB + rows, code)
+                # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
+                _store_k_copy(KBBF, rows, code, bh, pid, S, D, BR, K_T)
             elif K_OFF:
-                tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
+                _store_k_copy(KBBF, rows, tl.load(KB + rows).to(tl.uint8, bitcast=True), bh, pid, S, D, BR, K_T)
         if DO_V:
             base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
             row0 = bh * S * D + pid * BR * D  # the rows' first byte
@@ -217,12 +239,14 @@ def _rows_per_program(seq: int) -> int:
     return next(r for r in (128, 64, 32, 16, 8, 4, 2, 1) if seq % r == 0)
 
 
-def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None):
+def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None, k_t: bool = False):
     """(QB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
     Operands as `attention_bwd.backward` takes them; KBBF / VBR are KBF / VR without the token-block copies.
     VBS: V's block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows
     are read on this path) the ones re-quantized here with VBR. KB, KBS: K's token-block copy, k.off's, or
-    where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill."""
+    where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill.
+    k_t (an FP8 dQ product: launch options ds_out with fp8_dq): KBF and KBBF are K's and its copy's E4M3 bytes
+    K-major, [B, Hkv, D, S], in place of the bf16 rows that product does not read."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)
@@ -243,9 +267,10 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                              f"{v.off.block}; one pass re-quantizes both with one block")
     # the copies live and die together (the backward kernels' operands): one allocation (`buffers.carve`)
     keys = (b, hkv, seq, d)
-    parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": (keys, torch.bfloat16), "vr": (keys, v.vals_t.dtype)}
+    k_copy = ((b, hkv, d, seq), k.vals.dtype) if k_t else (keys, torch.bfloat16)
+    parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": k_copy, "vr": (keys, v.vals_t.dtype)}
     if k.off is not None:
-        parts["kbbf"] = (keys, torch.bfloat16)
+        parts["kbbf"] = k_copy
     if k_req:
         parts["kb"], parts["kbs"] = (keys, k.vals.dtype), ((b, hkv, seq // rows), torch.float32)
     if v.off is not None:
@@ -265,10 +290,11 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     vt_bytes = v.vals_t.view(torch.uint8)
     key_args = (k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
                 kbs if kbs is not None else k.scale, vt_bytes, v.scale,
-                v.off.vals.view(torch.uint8) if v.off is not None and not v_req else vt_bytes, kbf, kbbf,
+                v.off.vals.view(torch.uint8) if v.off is not None and not v_req else vt_bytes,
+                *((kbf.view(torch.uint8), kbbf.view(torch.uint8)) if k_t else (kbf, kbbf)),
                 vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq)
     flags = dict(D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req, V_OFF=v.off is not None, V_REQ=v_req,
-                 TINY=FP8_TINY)
+                 TINY=FP8_TINY, K_T=k_t)
     if KEY_COPIES_SPLIT:  # K's and V's halves as two launches, each at its own warps
         for part, do_k in (("k", True), ("v", False)):
             _KEY_COPIES_LAUNCH((seq // rows, b * hkv), key_args, dict(**flags, DO_K=do_k, DO_V=not do_k),

@@ -59,6 +59,13 @@ def variants(qz):
                     "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
                    {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": v_req, "TINY": tiny,
                     "DO_K": do_k, "DO_V": do_v}, warps)
+    for k_req in (False, True):  # K's bytes K-major for an FP8 dQ product (ds_out with fp8_dq), not its bf16 copies
+        yield (f"backward key copies k_req={k_req} K-major", copies._key_copies_kernel,
+               {"K": "*fp8e4nv", "KS": "*fp32", "KB": "*u8" if k_req else "*fp8e4nv", "KBS": "*fp32",
+                "VT": "*u8", "VS": "*fp32", "VBT": "*u8", "KBF": "*u8", "KBBF": "*u8", "VR": "*u8",
+                "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
+               {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": False, "TINY": tiny,
+                "DO_K": True, "DO_V": False, "K_T": True}, copies.KEY_COPIES_WARPS["k"])
     for write_t in (False, True):  # the dO pass, with dO's bytes also K-major (the FP8 dV product) or not
         yield (f"tokens with delta write_t={write_t}", qz._fp8_tokens_delta_kernel,
                {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32",

@@ -167,3 +167,23 @@ def test_query_stats_are_the_row_stats():
     assert (stats[:, STATS_ROWS - 3:] == -7.0).all()
     with pytest.raises(ValueError, match="query_stats"):
         bf16_copies(qo, ko, vo, doo, lse2, moff, delta, stats[:, :, :128])
+
+
+@pytest.mark.parametrize("deferred_k", [True, False])
+def test_k_major_key_copies_for_an_fp8_dq_product(deferred_k):
+    """`bf16_copies(k_t=True)` (launch options ds_out with fp8_dq: dQ an FP8 product against K's bytes K-major): KBF
+    and KBBF are K's and its token-block copy's E4M3 bytes as [B, Hkv, D, S] — the bytes of the rows the default
+    writes in bf16, transposed — and every other output is the default's, bit for bit (K's copy deferred and
+    re-quantized in the pass, or given)."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(2, 4, 2, 384, 128, seed=31 + deferred_k)
+    qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do)[:7]
+    ko = _deferred_k(ko) if deferred_k else materialize_off_diagonal(_deferred_k(ko), QZ)
+    want = bf16_copies(qo, ko, _deferred(vo), doo, lse2, moff, delta)
+    got = bf16_copies(qo, ko, _deferred(vo), doo, lse2, moff, delta, k_t=True)
+    for i, name in ((0, "QB"), (3, "VR"), (4, "VBR"), (5, "VBS"), (6, "KB"), (7, "KBS")):
+        assert torch.equal(got[i].view(torch.uint8), want[i].view(torch.uint8)), name
+    for i, rows, name in ((1, ko.vals, "K8ᵀ"), (2, got[6], "KB8ᵀ")):
+        assert got[i].dtype == torch.float8_e4m3fn and got[i].shape == (2, 2, 128, 384), name
+        assert torch.equal(got[i].view(torch.uint8), rows.view(torch.uint8).transpose(-1, -2)), name
+        assert torch.equal(got[i].float().transpose(-1, -2), want[i].float()), name  # the bf16 rows' values
