@@ -53,7 +53,8 @@ from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
 from .attention_operands import materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
-from .dq_from_ds import dq_from_ds, fp8_row_l1
+from .dq_from_ds import dq_from_ds
+from .dq_row_scale import dq_row_scale_fast
 from .dv_row_scale import dv_row_scale_fast
 from .formats import FP8_TINY
 from .reference import DS_TILE, dk_row_scale, dq_row_scale, unpack_stats
@@ -469,7 +470,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
     "fp8_dq" (a probe, Gluon dQ kernel only) likewise for dQ (`reference.dq_row_scale`, K8ᵀ and its token-block
     copy's bytes K-major in place of the bf16 K copies); with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
-    the bytes) and `dq_from_ds` runs that FP8 product (the same numerics, ‖dO8‖₁ from `fp8_row_l1`).
+    the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies pass (the same
+    numerics; ρ and 1/ρ from `dq_row_scale_fast`, one launch).
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
     """
@@ -599,9 +601,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             if ds_heads:
                 fp8_ds = None
                 if fp8_dq:  # the buffer in E4M3 under ρ, 1/ρ in the statistics the dK/dV kernel copies
-                    rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(),
-                                       v.scale, v.off.per_token_scale(), causal, block, do_l1=fp8_row_l1(do.vals))
-                    stats[:, attention_bwd_gluon.DS_IRHO_ROW] = (1.0 / rho).reshape(b * hq, seq)
+                    rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal)
                     fp8_ds = (kbf, kbbf, rho)  # the copies pass's K8ᵀ and its token-block copy's
                 dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv),
                                           fp8_ds)

@@ -43,7 +43,6 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_quant import mma
-    from .quantize import _e4m3_value
 
 # QB queries per program = per tile of the dS buffer; BN keys per tile (the dK/dV kernel's keys per program); TB the
 # forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
@@ -103,30 +102,7 @@ if HAS_TRITON:
         tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
 
 
-    @triton.jit
-    def _fp8_row_l1_kernel(X, OUT, N, D: tl.constexpr, ROWS: tl.constexpr):
-        """‖x_i‖₁ of ROWS rows of E4M3 bytes [N, D] (as uint8), in fp32."""
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        x = tl.load(X + rows.to(tl.int64)[:, None] * D + tl.arange(0, D)[None, :], mask=(rows < N)[:, None], other=0)
-        tl.store(OUT + rows, tl.sum(tl.abs(_e4m3_value(x.to(tl.int32))), 1), mask=rows < N)
-
-
 _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
-_L1_LAUNCH = Relaunch(_fp8_row_l1_kernel) if HAS_TRITON else None
-_L1_ROWS = 64
-
-
-def fp8_row_l1(x8: torch.Tensor) -> torch.Tensor:
-    """‖x_i‖₁ [..., S] fp32 of E4M3 rows x8 [..., S, D] (dO8's, for `reference.dq_row_scale`'s bound): one read of the
-    bytes, where PyTorch would write and read fp32 copies of them. The sum's order is the kernel's: within an ulp or
-    two of PyTorch's, and ρ rounds the bound up to a power of two."""
-    d = x8.shape[-1]
-    out = torch.empty(x8.shape[:-1], dtype=torch.float32, device=x8.device)
-    n = out.numel()
-    if n:
-        _L1_LAUNCH((-(-n // _L1_ROWS),), (x8.contiguous().view(torch.uint8), out, n), dict(D=d, ROWS=_L1_ROWS),
-                   dict(num_warps=4))
-    return out
 
 
 def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,

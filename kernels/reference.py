@@ -146,12 +146,12 @@ def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: 
     later = later.repeat_interleave(tile, -1)
     vo = v_scale if v_off_scale is None else v_off_scale
     bound = torch.maximum(v_scale.float() * own[0] + own[1], vo.float() * later[0] + later[1]) * (1.0 / 448.0)
-    return torch.where(bound > 0, torch.exp2(torch.ceil(torch.log2(bound))), 1.0).contiguous()
+    return pow2_at_least(bound)
 
 
 def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: torch.Tensor,
                  k_off_scale: torch.Tensor | None, v_scale: torch.Tensor, v_off_scale: torch.Tensor | None,
-                 causal: bool, tile: int = SEQ_BLOCK, do_l1: torch.Tensor | None = None) -> torch.Tensor:
+                 causal: bool, tile: int = SEQ_BLOCK) -> torch.Tensor:
     """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (launch option fp8_dq, a probe)
     whose A operand is E4M3(dS_ij · s_k(i, j) / ρ_i), chained over every key sub-tile.
 
@@ -160,13 +160,10 @@ def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: 
     tile and the token-block copies' off it (without copies, per token everywhere). ρ_i = the smallest power of two
     ≥ max(f_i · KVd_i + g_i · Kd_i, f_i · KVo_i + g_i · Ko_i) / 448, with KVd, Kd the largest s_k s_v, s_k over the
     keys of i's tile that it sees (j ≤ i when causal) and KVo, Ko over the earlier tiles (every other one without
-    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking.
-    do_l1: ‖dO8_i‖₁ [B, Hq, S] where a kernel computed it (`dq_from_ds.fp8_row_l1`: the same fp32 sums), else here."""
+    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking."""
     b, hq, seq = do.scale.shape
     hkv = k_scale.shape[1]
-    if do_l1 is None:
-        do_l1 = do.vals.float().abs().sum(-1)
-    f = linv * do.scale * do_l1 * 448.0
+    f = linv * do.scale * do.vals.float().abs().sum(-1) * 448.0
     g = linv * delta.abs()
     ko = k_scale if k_off_scale is None else k_off_scale
     vo = v_scale if v_off_scale is None else v_off_scale
@@ -181,7 +178,16 @@ def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: 
         earlier = blk.amax(-1, keepdim=True).expand_as(blk)
     own, earlier = (x.repeat_interleave(hq // hkv, 2) for x in (own, earlier.repeat_interleave(tile, -1)))
     bound = torch.maximum(f * own[0] + g * own[1], f * earlier[0] + g * earlier[1]) * (1.0 / 448.0)
-    return torch.where(bound > 0, torch.exp2(torch.ceil(torch.log2(bound))), 1.0).contiguous()
+    return pow2_at_least(bound)
+
+
+def pow2_at_least(bound: torch.Tensor) -> torch.Tensor:
+    """The smallest power of two >= bound where bound > 0 (1 elsewhere, NaN included; +Inf stays), from the fp32
+    bits — exact where exp2(ceil(log2(bound))) can round log2 of a bound just above a power of two down to it — and
+    at least 2^-126 (a subnormal bound takes the smallest normal power)."""
+    bits = bound.float().contiguous().view(torch.int32)
+    up = (((bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)) << 23).view(torch.float32)
+    return torch.where(bound > 0, torch.where(bits >= 0x7F800000, bound, up), 1.0).contiguous()
 
 
 def attention_keep(seq: int, causal: bool, doc_ids: torch.Tensor | None, device) -> torch.Tensor | None:

@@ -19,6 +19,6 @@ def test_every_prepass_kernel_compiles_for_sm90():
                          text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     lines = out.stdout.splitlines()
-    # 30 variants: dO's pass with and without its K-major copy among them (session 21), the key copies with K's bytes
-    # K-major (an FP8 dQ product, session 26)
-    assert len(lines) == 30 and all(line.startswith("ok") for line in lines), out.stdout
+    # 31 variants: dO's pass with and without its K-major copy among them (session 21), the key copies with K's bytes
+    # K-major and ρ (an FP8 dQ product, session 26)
+    assert len(lines) == 31 and all(line.startswith("ok") for line in lines), out.stdout
