@@ -242,11 +242,12 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ws_dkdv,ds_out", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("ws_dkdv,ds_out", [(True, True), (True, "fp8"), (True, False), (False, False)])
 def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
     """test_prefix_gpu's Triton half with the dK/dV and dQ kernels on the sm_90 Gluon kernels (launch
     options "gluon" and "gluon_dq" of the backward; the dK/dV kernel warp-specialized, the default, or not), or with
-    ds_out (the default) dQ from the dS the ws dK/dV kernel stored (`dq_from_ds`), and the forward on the Gluon
+    ds_out (the default) dQ from the dS the ws dK/dV kernel stored (`dq_from_ds`; "fp8": with fp8_dq, the buffer in
+    E4M3 under the queries' bound scales, which depend on keys up to each query only), and the forward on the Gluon
     forward, at D = 128. Spies check they ran."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws, attention_fwd
 
@@ -259,7 +260,7 @@ def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
     monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: {
         **bwd(d, ds, emulated), "gluon": True, "ws_dkdv": ws_dkdv, "gluon_dq": 32,
-        "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0})
+        "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0, "fp8_dq": ds_out == "fp8"})
     monkeypatch.setattr(dkdv_module, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
     monkeypatch.setattr(dq_module, dq_name, lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
     _gpu_prefix_checks("fp8", 27, 28)
