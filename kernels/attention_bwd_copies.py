@@ -126,11 +126,13 @@ if HAS_TRITON:
 
     @triton.jit
     def _store_bytes_transposed(XT, byte, bh, pid, S, D: tl.constexpr, BR: tl.constexpr):
-        """byte [BR tokens, D] (uint8) of one head's tokens pid·BR.. into its K-major copy XT [D, S] (uint8), two
-        tokens to an int16 (the first token's byte low: little-endian), so that the transposition moves 16-bit words
+        """byte [BR tokens, D] (uint8) of one head's tokens pid·BR.. into its K-major copy XT [D, S] (uint8), the
+        tokens of each 16 in an fp8 dS buffer's key order (`attention_bwd_gluon.DS_KEY_ORDER`: 0, 8, 1, 9, ...), two
+        tokens to an int16 (the earlier one's byte low: little-endian), so that the transposition moves 16-bit words
         rather than bytes one by one."""
-        lo, hi = tl.split(tl.permute(tl.reshape(byte, [BR // 2, 2, D]), (0, 2, 1)))  # [BR/2, D] each
-        words = (lo.to(tl.int16) & 0xFF) | (hi.to(tl.int16) << 8)
+        # (w, h, g, d): token 16w + 8h + g goes to pair 8w + g, byte h
+        lo, hi = tl.split(tl.permute(tl.reshape(byte, [BR // 16, 2, 8, D]), (0, 2, 3, 1)))  # [BR/16, 8, D] each
+        words = tl.reshape((lo.to(tl.int16) & 0xFF) | (hi.to(tl.int16) << 8), [BR // 2, D])
         pr = tl.arange(0, BR // 2)
         ptr = (XT + bh * S * D + pid * BR).to(tl.pointer_type(tl.int16)) + tl.arange(0, D)[None, :] * (S // 2)
         tl.store(ptr + pr[:, None], words)
@@ -246,7 +248,8 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     are read on this path) the ones re-quantized here with VBR. KB, KBS: K's token-block copy, k.off's, or
     where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill.
     k_t (an FP8 dQ product: launch options ds_out with fp8_dq): KBF and KBBF are K's and its copy's E4M3 bytes
-    K-major, [B, Hkv, D, S], in place of the bf16 rows that product does not read."""
+    K-major, [B, Hkv, D, S] with the tokens of each 16 in the fp8 dS buffer's key order
+    (`attention_bwd_gluon.DS_KEY_ORDER`), in place of the bf16 rows that product does not read."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)

@@ -70,6 +70,9 @@ DS_QB = 128  # queries per tile of the dS buffer (`ds_buffer`): the dQ-from-dS k
 # the row of `attention_bwd_copies.query_stats` (past its five statistics) that holds 1/ρ per query for an fp8 dS
 # buffer (`_store_ds`; launch options ds_out with fp8_dq)
 DS_IRHO_ROW = 5
+# an fp8 dS buffer's key order within each 16 keys (`_store_ds`: keys r and r + 8 share a 16-bit word); K's K-major
+# copies for it follow the same order (`attention_bwd_copies`)
+DS_KEY_ORDER = tuple(k for g in range(8) for k in (g, g + 8))
 TB = 128  # the forward's key tile (token block)
 STAGES = 3  # sub-tiles in flight: 3 × 25 KB + K, V and the diagonal's dO tile, two programs per SM
 # The Triton kernels' fast-path launch (`attention_bwd.launch_config`) that the Gluon kernels stand in for
@@ -166,14 +169,23 @@ if HAS_GLUON:
         sub-tile ago) comes before it, so that tile is free for the next sub-tile. An fp8 buffer (launch options
         ds_out with fp8_dq) takes E4M3(dS·s_k/ρ) instead, 1/ρ per query (`reference.dq_row_scale`, a power of two)
         from row DS_IRHO_ROW of the sub-tile's statistics: the FP8 dQ product's A operand, half the bytes, stored
-        with the keys contiguous (the shared tile is [queries, keys]: FP8 wgmma reads its A operand K-major only, and
-        the transposition here takes 16 byte stores a thread, conflict-free by the arithmetic of the tile's 64-byte
-        swizzle; in `dq_from_ds` Triton moved every byte through shared memory one by one. Not yet timed)."""
+        with the keys contiguous (FP8 wgmma reads its A operand K-major only). The transposition is one stmatrix
+        .trans a thread: a thread holds keys r and r + 8 of each query it has, so those two bytes become one 16-bit
+        word and the tile is stored [queries, key pairs] — the keys of each 16 in the order 0, 8, 1, 9, ..., 7, 15
+        (`DS_KEY_ORDER`), which K's K-major copy follows (`attention_bwd_copies`). As single bytes it took 16 byte
+        stores a thread; in `dq_from_ds` Triton moved every byte through shared memory one by one."""
         y_s, y_desc, row, col, st_view = yout
         buf = y_s.index(c % 2)
-        if y_s.dtype == gl.float8e4nv:
+        if y_s.dtype == gl.int16:
             irho = _stats_row(st_view, _DS_IRHO_ROW, gl.SliceLayout(0, dst.type.layout))
-            buf.permute((1, 0)).store(((dst * kscale) * irho[None, :]).to(gl.float8e4nv))
+            y = (dst * kscale) * irho[None, :]
+            BNK: gl.constexpr = y.shape[0]
+            BQ: gl.constexpr = y.shape[1]
+            # (w, g, q, h): key 16w + 8h + g of the accumulator's rows (a warp's 16, two a thread) to pair 8w + g
+            x = gl.permute(gl.reshape(y, [BNK // 16, 2, 8, BQ]), (0, 2, 3, 1))
+            lo, hi = gl.split(x.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
+            pairs = lo.to(gl.int16) | (hi.to(gl.int16) << 8)
+            buf.permute((1, 0)).store(gl.reshape(pairs, [BNK // 2, BQ]))
         else:
             buf.store((dst * kscale).to(gl.bfloat16))
         fence_async_shared()
@@ -267,7 +279,7 @@ if HAS_GLUON:
         if DS_OUT:
             y_s, y_desc, tile0 = ybase
             qb = lo // _DS_QB
-            if y_s.dtype == gl.float8e4nv:
+            if y_s.dtype == gl.int16:
                 return y_s, y_desc, (tile0 + qb * (qb + 1)) * _DS_QB + lo % _DS_QB, 0, st_view
             else:
                 BN: gl.constexpr = y_desc.block_type.shape[0]
@@ -654,7 +666,8 @@ def ds_buffer(b: int, hq: int, seq: int, device, fp8: bool = False) -> torch.Ten
     2·(qb + 1) key blocks of BN up to its diagonal, one [BN, DS_QB] tile of dS·s_k with the keys as rows (the
     dK/dV kernel's orientation), the tiles of query block qb after those of blocks 0..qb − 1 (qb(qb + 1) of them).
     Causal, so half the square: S² bytes a head in bf16. fp8 (with launch option fp8_dq): E4M3(dS·s_k/ρ), S²/2
-    bytes, each tile [DS_QB, BN] with the queries as rows (the FP8 dQ product's A operand, K-major)."""
+    bytes, each tile [DS_QB, BN] with the queries as rows (the FP8 dQ product's A operand, K-major), the keys of each
+    16 in `DS_KEY_ORDER`."""
     n_qb = seq // DS_QB
     if fp8:
         return torch.empty(b * hq * n_qb * (n_qb + 1) * DS_QB, BN, dtype=torch.float8_e4m3fn, device=device)
@@ -665,7 +678,8 @@ def ds_descriptor(buf: torch.Tensor, keys: int, queries: int):
     """A TMA descriptor over the dS buffer in boxes of a dK/dV sub-tile's keys × queries: [keys, queries] in a bf16
     buffer, [queries, keys] in an fp8 one (`ds_buffer`)."""
     if buf.dtype == torch.float8_e4m3fn:
-        return TensorDescriptor.from_tensor(buf, [queries, keys], nvmma_layout((queries, keys), gl.float8e4nv))
+        return TensorDescriptor.from_tensor(buf.view(torch.int16), [queries, keys // 2],
+                                            nvmma_layout((queries, keys // 2), gl.int16))
     return TensorDescriptor.from_tensor(buf, [keys, queries], nvmma_layout((keys, queries), gl.bfloat16))
 
 

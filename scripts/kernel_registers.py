@@ -99,6 +99,33 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
             "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751[145]", text))}
 
 
+def loop_spills(ptx: str, arch: str = "sm_90a") -> int:
+    """Spill instructions (LDL / STL) inside the kernel's innermost loops that issue wgmma (HGMMA in the SASS): the
+    loops whose pace the kernel runs at. A spill outside them (loop invariants kept across a loop, reloaded after it)
+    costs once a program or a head; inside, every sub-tile. A loop: a span closed by a predicated backward branch
+    (ptxas places the mbarrier waits' retry paths after the code, each returning by an unconditional branch)."""
+    import triton
+
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        src.write_text(ptx)
+        subprocess.run([str(bin_dir / "ptxas"), f"-arch={arch}", str(src), "-o", str(cubin)], check=True,
+                       capture_output=True)
+        sass = subprocess.run([str(bin_dir / "cuobjdump"), "-sass", str(cubin)], check=True, capture_output=True,
+                              text=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = []  # (first, last) address of each span a backward branch closes that issues wgmma
+    for addr, op in ins:
+        jump = re.match(r"@!?U?P\w+\s+BRA\s+0x([0-9a-f]+)", op.strip())
+        if jump and int(jump.group(1), 16) < addr:
+            first = int(jump.group(1), 16)
+            if any(first <= a <= addr and "HGMMA" in o for a, o in ins):
+                loops.append((first, addr))
+    innermost = [(f, l) for f, l in loops if not any(f <= f2 and l2 <= l and (f2, l2) != (f, l) for f2, l2 in loops)]
+    return sum(1 for a, o in ins if re.search(r"\b(LDL|STL)\b", o) and any(f <= a <= l for f, l in innermost))
+
+
 def mma_kinds(ptx: str) -> list[str]:
     """The distinct tensor-core instructions in a PTX listing (wgmma / tcgen05 / mma, shape and types),
     e.g. to see that a product runs in FP8 or block-scaled."""
@@ -288,8 +315,7 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
             + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else "") + (":fp8" if ds_out and ds_fp8 else ""),
-            **ptxas_report(ptx),
-            "mma": mma_kinds(ptx)}
+            **ptxas_report(ptx), "mma": mma_kinds(ptx), "loop_spills": loop_spills(ptx)}
 
 
 def _bwd_gluon_width() -> int:
@@ -416,6 +442,8 @@ def main(argv=None) -> int:
                     print("       ptxas serialized this kernel's wgmma (C7511 / C7514 / C7515)", flush=True)
                 if args.mma:
                     print("       mma: " + ", ".join(r["mma"]), flush=True)
+                if r.get("spill_stores") and "loop_spills" in r:
+                    print(f"       spill instructions inside its innermost wgmma loops: {r['loop_spills']}", flush=True)
                 if "byte_ops" in r:
                     print(f"       byte-wide shared loads / stores: {r['byte_ops']}", flush=True)
     return 0

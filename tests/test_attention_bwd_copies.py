@@ -11,6 +11,7 @@ from attention_saved import backward_args
 from flamia_kernels import AttentionSpec, attention_bwd
 from flamia_kernels import quantize as QZ
 from flamia_kernels.attention_bwd_copies import STATS_ROWS, bf16_copies, query_stats
+from flamia_kernels.attention_bwd_gluon import DS_KEY_ORDER
 from flamia_kernels.attention_operands import OffDiagonal, Operand, materialize_off_diagonal
 from flamia_kernels.formats import FP8_TINY
 
@@ -173,8 +174,8 @@ def test_query_stats_are_the_row_stats():
 def test_k_major_key_copies_for_an_fp8_dq_product(deferred_k):
     """`bf16_copies(k_t=True)` (launch options ds_out with fp8_dq: dQ an FP8 product against K's bytes K-major): KBF
     and KBBF are K's and its token-block copy's E4M3 bytes as [B, Hkv, D, S] — the bytes of the rows the default
-    writes in bf16, transposed — and every other output is the default's, bit for bit (K's copy deferred and
-    re-quantized in the pass, or given)."""
+    writes in bf16, transposed, the tokens of each 16 in the fp8 dS buffer's order — and every other output is the
+    default's, bit for bit (K's copy deferred and re-quantized in the pass, or given)."""
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 4, 2, 384, 128, seed=31 + deferred_k)
     qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do)[:7]
@@ -183,7 +184,9 @@ def test_k_major_key_copies_for_an_fp8_dq_product(deferred_k):
     got = bf16_copies(qo, ko, _deferred(vo), doo, lse2, moff, delta, k_t=True)
     for i, name in ((0, "QB"), (3, "VR"), (4, "VBR"), (5, "VBS"), (6, "KB"), (7, "KBS")):
         assert torch.equal(got[i].view(torch.uint8), want[i].view(torch.uint8)), name
+    order = (torch.arange(384) // 16 * 16).reshape(-1, 16) + torch.tensor(DS_KEY_ORDER)  # the dS buffer's keys
+    order = order.flatten()
     for i, rows, name in ((1, ko.vals, "K8ᵀ"), (2, got[6], "KB8ᵀ")):
         assert got[i].dtype == torch.float8_e4m3fn and got[i].shape == (2, 2, 128, 384), name
-        assert torch.equal(got[i].view(torch.uint8), rows.view(torch.uint8).transpose(-1, -2)), name
-        assert torch.equal(got[i].float().transpose(-1, -2), want[i].float()), name  # the bf16 rows' values
+        assert torch.equal(got[i].view(torch.uint8), rows.view(torch.uint8).transpose(-1, -2)[..., order]), name
+        assert torch.equal(got[i].float().transpose(-1, -2), want[i].float()[..., order, :]), name  # bf16 values

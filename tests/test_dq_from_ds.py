@@ -3,14 +3,19 @@ as the warp-specialized dK/dV kernel writes it, against the same sums in PyTorch
 the tiles' unwritten places hold NaN, so a product that read one would show it."""
 import pytest
 import torch
-from flamia_kernels.attention_bwd_gluon import BN, DS_QB
+from flamia_kernels.attention_bwd_gluon import BN, DS_KEY_ORDER, DS_QB
 from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
+
+
+def key_order(n: int) -> torch.Tensor:
+    """The fp8 dS buffer's key order over n keys (`attention_bwd_gluon.DS_KEY_ORDER` within each 16)."""
+    return (torch.arange(n) // 16 * 16).reshape(-1, 16) + torch.tensor(DS_KEY_ORDER)
 
 
 def _pack(y: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """The dS buffer of y [B, Hq, S (queries), S (keys)] (`attention_bwd_gluon.ds_buffer`'s layout): per head and
-    query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1 ([QB, BN] in fp8); where the dK/dV
-    kernel writes nothing (queries before a key block's first key) NaN."""
+    query block qb, the [BN keys, QB queries] tiles of key blocks 0 .. 2qb + 1 (in fp8 [QB, BN], the keys in
+    `key_order`); where the dK/dV kernel writes nothing (queries before a key block's first key) NaN."""
     b, hq, seq, _ = y.shape
     n_qb = seq // QB
     tiles = []
@@ -21,7 +26,7 @@ def _pack(y: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
                 t = yb[qb * QB:(qb + 1) * QB, kb * BN:(kb + 1) * BN].t().clone()  # [keys, queries]
                 queries = qb * QB + torch.arange(QB)
                 t[:, queries < kb * BN] = float("nan")
-                tiles.append(t.t().contiguous() if dtype == torch.float8_e4m3fn else t)
+                tiles.append(t.t()[:, key_order(BN).flatten()].contiguous() if dtype == torch.float8_e4m3fn else t)
     return torch.cat(tiles).to(dtype)
 
 
@@ -57,8 +62,8 @@ def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
 
 @pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
 def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq):
-    """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, ρ per
-    query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics, `reference.backward_math(
+    """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, both in
+    the buffer's key order, ρ per query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics, `reference.backward_math(
     fp8_dq=True)`)."""
     gen = torch.Generator().manual_seed(seq + hq + 1)
     y = torch.randn(b, hq, seq, seq, generator=gen) * 60.0
@@ -67,7 +72,7 @@ def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq):
     k8 = (torch.randn(b, hkv, seq, 128, generator=gen) * 40.0).to(torch.float8_e4m3fn)
     kb8 = (torch.randn(b, hkv, seq, 128, generator=gen) * 40.0).to(torch.float8_e4m3fn)
     rho = torch.exp2(torch.randint(-6, 6, (b, hq, seq), generator=gen).float())
-    k8t, kb8t = (x.transpose(-1, -2).contiguous() for x in (k8, kb8))
+    k8t, kb8t = (x.transpose(-1, -2)[..., key_order(seq).flatten()].contiguous() for x in (k8, kb8))
     got = dq_from_ds(_pack(y8, torch.float8_e4m3fn), k8t, kb8t, b, hq, seq, 0.125, rho=rho)
     want = _want(y8 * rho[..., None], k8.float().to(torch.bfloat16), kb8.float().to(torch.bfloat16), 0.125)
     assert got.isfinite().all()
