@@ -63,8 +63,8 @@ def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
 @pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
 def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq):
     """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, both in
-    the buffer's key order, ρ per query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics, `reference.backward_math(
-    fp8_dq=True)`)."""
+    the buffer's key order, ρ per query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics,
+    `reference.backward_math(fp8_dq=True)`)."""
     gen = torch.Generator().manual_seed(seq + hq + 1)
     y = torch.randn(b, hq, seq, seq, generator=gen) * 60.0
     y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None], y, 0.0)
