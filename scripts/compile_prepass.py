@@ -71,7 +71,8 @@ def variants(qz):
     # ρ of an FP8 dQ product (ds_out with fp8_dq): dO's bytes, the statistics, K's and V's scales
     yield ("dQ row scale", dq_row_scale._dq_row_scale_kernel,
            {"DO8": "*u8", "STATS": "*fp32", "KS": "*fp32", "VS": "*fp32", "KBS": "*fp32", "VBS": "*fp32",
-            "RHO": "*fp32", "S": "i32", "G": "i32"}, {"D": 128, "TB": dq_row_scale.TB, "NT": 64, "ROWS": 8, "IRHO_ROW": 5}, 4)
+            "RHO": "*fp32", "S": "i32", "G": "i32"},
+           {"D": 128, "TB": dq_row_scale.TB, "NT": 64, "ROWS": 8, "IRHO_ROW": 5}, 4)
     for write_t in (False, True):  # the dO pass, with dO's bytes also K-major (the FP8 dV product) or not
         yield (f"tokens with delta write_t={write_t}", qz._fp8_tokens_delta_kernel,
                {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32",
