@@ -26,7 +26,8 @@ scales ρ (`reference.dq_row_scale`, powers of two known before the backward), h
 ρ · sm_scale · Σ tiles·K8 is one FP8 product a key block against K's bytes K-major (K8ᵀ and its token-block copy's):
 `reference.backward_math(fp8_dq=True)`'s numerics, the Gluon dQ kernel's fp8_dq probe's. FP8 wgmma reads its A
 operand K-major only, so the fp8 tiles are [QB queries, BN keys], transposed by the dK/dV kernel on its way into
-shared memory (16 conflict-free byte stores a thread a sub-tile); transposed here, Triton moved each byte through
+shared memory (key pairs as 16-bit words, one stmatrix.trans a thread a sub-tile: the keys of each 16 in
+`attention_bwd_gluon.DS_KEY_ORDER`, as K8ᵀ from the copies pass); transposed here, Triton moved each byte through
 shared memory by itself (64 byte loads a thread a tile pair; scripts/kernel_registers.py --kernels dq_from_ds).
 """
 from __future__ import annotations
