@@ -249,6 +249,49 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
     assert torch.equal(dk_full.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
 
 
+def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
+    """The host side of ds_out with fp8_dq (the kernels are sm_90 only; stand-ins record what they get): the dS buffer
+    is fp8 and half the bf16 one's size, the dK/dV kernel finds 1/ρ in its statistics' row DS_IRHO_ROW, and
+    `dq_from_ds` gets K's and its copy's bytes K-major in the buffer's key order and ρ — the reference's bound scales —
+    for the same query heads. B = 2 × Hkv = 2, GQA 2, one chunk."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
+    from flamia_kernels.attention_bwd_gluon import DS_IRHO_ROW, DS_KEY_ORDER
+
+    spec = AttentionSpec.parse("fp8")
+    b, hq, hkv, seq = 2, 4, 2, 256
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
+    args = backward_args(spec, q, k, v, do)
+    seen = {}
+
+    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None):
+        seen.update(buf=ds_out, irho=stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW].clone(), k=k8)
+        return out
+
+    def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None, rho=None):
+        seen.update(dq_buf=buf, kbf=kbf, kbbf=kbbf, rho=rho, heads=heads)
+        return out
+
+    monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
+    monkeypatch.setattr(attention_dkdv_ws, "dkdv", dkdv)
+    monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
+    config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
+              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True}
+    attention_bwd.backward(*args, config=config)
+    buf = seen["buf"]
+    assert buf is seen["dq_buf"] and buf.dtype == torch.float8_e4m3fn and seen["heads"] == range(b * hq)
+    assert buf.numel() == b * hq * attention_bwd_gluon.ds_buffer_bytes(seq, fp8=True)
+    k8 = seen["k"]
+    order = ((torch.arange(seq) // 16 * 16).reshape(-1, 16) + torch.tensor(DS_KEY_ORDER)).flatten()
+    for got, rows in ((seen["kbf"], k8.vals), (seen["kbbf"], k8.off.vals)):
+        assert got.shape == (b, hkv, 128, seq)
+        assert torch.equal(got.view(torch.uint8), rows.view(torch.uint8).transpose(-1, -2)[..., order])
+    qo, ko, vo, doo, lse2, moff, delta = args[:7]
+    linv = reference.unpack_stats(lse2, moff)[1]
+    want = reference.dq_row_scale(doo, delta, linv, k8.scale, k8.off.per_token_scale(), vo.scale,
+                                  vo.off.per_token_scale(), True)
+    assert torch.equal(seen["rho"], want) and torch.equal(seen["irho"], 1.0 / want)
+
+
 def test_ds_out_budget_from_the_environment(monkeypatch):
     """FLAMIA_DS_OUT_BYTES overrides ds_out's default budget (0 turns it off); anything but a byte count is refused
     naming the variable, the value and what is allowed."""
