@@ -40,3 +40,21 @@ def test_dq_row_scale_fast_matches_the_reference(b, hq, hkv, seq):
     assert torch.equal(stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW], 1.0 / want)
     # a power of two a query, not one value for all: the bound varies along the sequence and over the heads
     assert torch.equal(rho, reference.pow2_at_least(rho)) and rho.unique().numel() > 2
+
+
+def test_dq_row_scale_fast_falls_back_to_the_reference_where_it_has_no_kernel():
+    """Without a causal mask (or without the copies) the launch does not apply: the reference's PyTorch computes ρ
+    from the same statistics, and 1/ρ still lands in the statistics' row."""
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = (torch.randn(1, 2, 256, 128, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16)
+                   for i in range(4))
+    qo, ko, vo, doo, lse2, moff, delta = backward_args(spec, q, k, v, do, causal=False)[:7]
+    ko, vo = (materialize_off_diagonal(x, QZ) for x in (ko, vo))
+    stats = query_stats(qo)
+    bf16_copies(qo, ko, vo, doo, lse2, moff, delta, stats)
+    rho = dq_row_scale_fast(doo, ko, vo, stats, DS_IRHO_ROW, causal=False)
+    want = reference.dq_row_scale(doo, delta, reference.unpack_stats(lse2, moff)[1], ko.scale,
+                                  ko.off.per_token_scale(), vo.scale, vo.off.per_token_scale(), False)
+    assert torch.equal(rho, want) and torch.equal(stats.view(1, 2, -1, 256)[:, :, DS_IRHO_ROW], 1.0 / want)
+    causal = dq_row_scale_fast(doo, ko, vo, stats, DS_IRHO_ROW, causal=True)
+    assert not torch.equal(causal, rho)  # the causal bound sees fewer keys
