@@ -744,28 +744,42 @@ def test_gpu_fp8_ds_probes_match_the_reference():
 
 
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 2048)])
-def test_gpu_fp8_ds_out_matches_the_fp8_dq_probe(shape, monkeypatch):
+def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
     """Launch options ds_out with fp8_dq: the ws dK/dV kernel stores E4M3(dS·s_k/ρ) (half the bytes of the bf16
-    buffer) and `dq_from_ds` runs the FP8 dQ product over it. dQ against the Gluon dQ kernel's fp8_dq probe (the same
-    numerics, `reference.backward_math(fp8_dq=True)`), dK and dV the default launch's bits."""
+    buffer) and `dq_from_ds` runs the FP8 dQ product over it. dQ against `reference.backward_math(fp8_dq=True)` from
+    the same bf16 inputs within 1.5e-2, as the Gluon dQ kernel's fp8_dq probe (the same numerics; both chain the FP8
+    products in one accumulator, which Hopper adds at reduced precision, in different key orders), and far closer to
+    it than the default's bf16 dS is; dK and dV the default launch's bits (GQA, B > 1, S not a power of two)."""
+    import math
+
     from flamia_kernels import AttentionSpec, attention_bwd
+    from flamia_kernels import formats as F
+    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
+    from flamia_kernels.spec import SEQ_BLOCK
 
     spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=67)
-    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
+    sm = 1.0 / math.sqrt(128)
+    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=sm)
     base = attention_bwd.launch_config(128, spec.ds)
     want = attention_bwd.backward(*args, config=base)
     probe = attention_bwd.backward(*args, config={**base, "fp8_dq": True, "ds_out": 0})
     calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
     got = attention_bwd.backward(*args, config={**base, "fp8_dq": True})
     assert len(calls) >= 1, calls
-    err, base_err = _rel(got[0], probe[0]), _rel(want[0], probe[0])
-    print(f"\nfp8 ds_out {shape}: dQ vs the fp8_dq probe bit-identical {torch.equal(got[0], probe[0])}, rel-L2 "
-          f"{err:.2e} (bf16 dS vs the probe {base_err:.2e}); dK, dV bit-identical "
+    ops = prepare_forward(q, k, v, spec, True, F, SEQ_BLOCK, off_diagonal=True)
+    o, m, l = reference.forward_math(ops, spec, True, True, sm)
+    do8 = quantize_operand(do, spec.do, F)
+    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
+    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]
+    err, probe_err, base_err = _rel(got[0], ref), _rel(probe[0], ref), _rel(want[0], ref)
+    print(f"\nfp8 ds_out {shape}: dQ vs the reference's FP8 dQ rel-L2 {err:.2e} (the fp8_dq probe {probe_err:.2e}, "
+          f"the default's bf16 dS {base_err:.2e}); dK, dV bit-identical "
           f"{[torch.equal(a, c) for a, c in zip(got[1:], want[1:], strict=True)]}")
     assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
-    assert got[0].isfinite().all() and err <= 1e-3 and base_err > 10 * err, (err, base_err)
+    assert got[0].isfinite().all() and err <= 1.5e-2 and base_err > 2 * err, (err, probe_err, base_err)
 
 
 def test_gpu_relaunched_kernels_match_triton_s_launches():
