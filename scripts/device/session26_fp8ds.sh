@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 26: the dS buffer in E4M3 (launch options ds_out with fp8_dq). Its GPU tests (against the Gluon dQ kernel's
-# fp8_dq probe, the same numerics; ds_out's bits as before; the Gluon backward's prefix tests, this path included), the
-# accuracy at S = 4096 against fp32, kernel times at 8k (launch_gaps, default and fp8 dS), then the speed table with
-# the fp8 dS rows beside the default's and cuDNN's.
+# Session 26: the dS buffer in E4M3 (launch options ds_out with fp8_dq). Its GPU tests (against the reference's FP8
+# dQ math, as the Gluon dQ kernel's fp8_dq probe; ds_out's bits as before; the Gluon backward's prefix tests, this path
+# included), the accuracy at S = 4096 against fp32, kernel times at 8k (launch_gaps, default and fp8 dS), then the
+# speed table with the fp8 dS rows beside the default's and cuDNN's.
 #   bash scripts/device/session26_fp8ds.sh
 set -uo pipefail
 source scripts/device/setup.sh
