@@ -138,15 +138,6 @@ if HAS_TRITON:
         tl.store(ptr + pr[:, None], words)
 
     @triton.jit
-    def _store_k_copy(KC, rows, code, bh, pid, S, D: tl.constexpr, BR: tl.constexpr, K_T: tl.constexpr):
-        """BR keys' E4M3 bytes (uint8 [BR, D]) as the dQ product's B operand: bf16 rows (exact), or K_T the bytes
-        K-major ([D, S] a head: an FP8 dQ product's, launch options ds_out with fp8_dq)."""
-        if K_T:
-            _store_bytes_transposed(KC, code, bh, pid, S, D, BR)
-        else:
-            tl.store(KC + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
-
-    @triton.jit
     def _key_copies_kernel(K, KS, KB, KBS, VT, VS, VBT, KBF, KBBF, VR, VBR, VBS, S, D: tl.constexpr,
                            BR: tl.constexpr, K_OFF: tl.constexpr, K_REQ: tl.constexpr, V_OFF: tl.constexpr,
                            V_REQ: tl.constexpr, TINY: tl.constexpr, DO_K: tl.constexpr = True,
@@ -158,7 +149,7 @@ if HAS_TRITON:
         (same bytes and scale: the same value, amax, division and E4M3 conversion per element). K_REQ (BR =
         the token block) likewise for K: its copy's bytes KB (uint8) and block scale KBS from K's per-token
         bytes and KS, in the read that writes KBF, and KBBF from those bytes. K_T: KBF and KBBF are K's and its
-        copy's bytes K-major ([D, S] a head, uint8) instead of bf16 rows (`_store_k_copy`)."""
+        copy's bytes K-major ([D, S] a head, uint8, `_store_bytes_transposed`) instead of bf16 rows."""
         bh = tl.program_id(1).to(tl.int64)
         pid = tl.program_id(0)
         offs_n = pid * BR + tl.arange(0, BR)
@@ -177,14 +168,25 @@ if HAS_TRITON:
                 tl.store(KBS + bh * (S // BR) + pid, kscale)
                 q = _div_by_shared(x, kscale)
                 if _HW_FP8 and amax < _INF_BITS:  # no quotient is NaN: the hardware's bytes need no NaN fix
-                    code = q.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+                    f8 = q.to(tl.float8e4nv)
+                    tl.store(KB + rows, f8.to(tl.uint8, bitcast=True))
+                    if K_T:
+                        _store_bytes_transposed(KBBF, f8.to(tl.uint8, bitcast=True), bh, pid, S, D, BR)
+                    else:
+                        tl.store(KBBF + rows, f8.to(tl.bfloat16))
                 else:
                     code = _e4m3_code(q).to(tl.uint8)
-                tl.store(KB + rows, code)
-                # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
-                _store_k_copy(KBBF, rows, code, bh, pid, S, D, BR, K_T)
+                    tl.store(KB + rows, code)
+                    if K_T:
+                        _store_bytes_transposed(KBBF, code, bh, pid, S, D, BR)
+                    else:
+                        # the conversion K_OFF's load applies to given bytes (the interpreter's fp8 cast included)
+                        tl.store(KBBF + rows, code.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16))
             elif K_OFF:
-                _store_k_copy(KBBF, rows, tl.load(KB + rows).to(tl.uint8, bitcast=True), bh, pid, S, D, BR, K_T)
+                if K_T:
+                    _store_bytes_transposed(KBBF, tl.load(KB + rows).to(tl.uint8, bitcast=True), bh, pid, S, D, BR)
+                else:
+                    tl.store(KBBF + rows, tl.load(KB + rows).to(tl.bfloat16))
         if DO_V:
             base = bh * S * D + pid * BR  # Vᵀ's byte of (d = 0, the first token)
             row0 = bh * S * D + pid * BR * D  # the rows' first byte
