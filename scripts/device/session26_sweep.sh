@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 26, a second call after session26_fp8ds.sh: dq_from_ds's launch over the fp8 dS buffer (8 warps × 3 stages
 # by default) against 2 and 4 stages and 4 warps, each kernel's time at S = 8k from scripts/launch_gaps.py under
-# launch options ds_out with fp8_dq, two rounds in turn; then the bf16 buffer's launch once more for the same card, and
-# fwd+bwd at 32k (the fp8 dS rows beside the default's and cuDNN's: its 16 heads in two chunks of 8, the bf16 buffer's in four).
+# launch options ds_out with fp8_dq, two rounds in turn; then the bf16 buffer's launch once more for the same card,
+# and fwd+bwd at 32k (the fp8 dS rows beside the default's and cuDNN's: its 16 heads in two chunks of 8, the bf16
+# buffer's in four).
 #   bash scripts/device/session26_sweep.sh
 set -uo pipefail
 source scripts/device/setup.sh
