@@ -64,7 +64,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .attention_bwd_copies import row_stats, scaled_do
-    from .attention_quant import finite_row_max, mma, p_fp8_scaled, quant_rows, to_bf16
+    from .attention_quant import _e4m3_round, finite_row_max, mma, p_fp8_scaled, quant_rows, to_bf16
 
     @triton.jit
     def _dp_product(a, b, INTERP: tl.constexpr):
@@ -256,11 +256,14 @@ if HAS_TRITON:
                 qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D: tl.constexpr, BM: tl.constexpr,
                 BN: tl.constexpr, DS_FMT: tl.constexpr, DIAG: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_DOC: tl.constexpr, K_OFF: tl.constexpr, V_OFF: tl.constexpr, TINY: tl.constexpr,
-                INTERP: tl.constexpr, TB: tl.constexpr, PRE: tl.constexpr, DP_EARLY: tl.constexpr):
+                INTERP: tl.constexpr, TB: tl.constexpr, PRE: tl.constexpr, DP_EARLY: tl.constexpr,
+                FP8_DQ: tl.constexpr = False, irho=0):
         """One BN-key sub-tile's contribution to the dQ of BM query rows; DIAG: inside the forward's
         key tile (TB keys) holding those rows (per-token K, V), else the token-block copies where
         the spec has them. PRE: K's bytes as bf16 for the dQ product (KBF, KBBF) and V's rows
-        (VR, VBR) come precomputed (`attention_bwd_copies`), so no sub-tile converts or transposes them."""
+        (VR, VBR) come precomputed (`attention_bwd_copies`), so no sub-tile converts or transposes them.
+        FP8_DQ (launch option fp8_dq): the product in FP8, E4M3(dS·s_k/ρ) against K's bytes, irho = 1/ρ per row
+        (`reference.dq_row_scale`); the caller multiplies the sums by ρ."""
         cols = start_n + tl.arange(0, BN)
         key_off = K_OFF and not DIAG
         val_off = V_OFF and not DIAG
@@ -296,6 +299,9 @@ if HAS_TRITON:
             dp = _dp_product(do, v, INTERP)
         dp = dp * (sdo[:, None] * vs[None, :])
         ds = (p * (linv * (1.0 / 256.0))[:, None]) * (dp - delta[:, None])
+        if FP8_DQ:  # `reference.backward_math(fp8_dq=True)`'s E4M3(dS·s_k·(1/ρ)), exact in fp8
+            y8 = _e4m3_round((ds * ks[None, :]) * irho[:, None]).to(tl.float8e4nv)
+            return dq + mma(y8, k, INTERP)
         yq, ys = quant_rows(ds * ks[None, :], P_GLOB, DS_FMT, False, BM, BN, TINY, INTERP)
         if PRE:
             kb = tl.load((KBBF if key_off else KBF) + bhk * S * D + cols[:, None] * D + offs_d[None, :])
@@ -310,8 +316,10 @@ if HAS_TRITON:
                    BN: tl.constexpr, DS_FMT: tl.constexpr, CAUSAL: tl.constexpr, TINY: tl.constexpr,
                    INTERP: tl.constexpr,
                    HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False, V_OFF: tl.constexpr = False,
-                   TB: tl.constexpr = 128, PRE: tl.constexpr = False, DP_EARLY: tl.constexpr = True):
-        """dQ of BM query rows, BM = TB (the forward's tile) or half of it."""
+                   TB: tl.constexpr = 128, PRE: tl.constexpr = False, DP_EARLY: tl.constexpr = True,
+                   FP8_DQ: tl.constexpr = False, RHO=0):
+        """dQ of BM query rows, BM = TB (the forward's tile) or half of it; FP8_DQ (launch option fp8_dq): the dQ
+        product in FP8 under the rows' bound scales RHO (`_q_tile`)."""
         pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
@@ -322,6 +330,12 @@ if HAS_TRITON:
         qs = tl.load(QS + bh * S + offs_m) * qk_scale
         m, linv, delta, do, sdo = row_stats(LSE2, MOFF, DELTA, DO, DOS, bh, offs_m, offs_d, S, D)
         dq = tl.zeros([BM, D], tl.float32)
+        if FP8_DQ:
+            rho = tl.load(RHO + bh * S + offs_m)
+            irho = tl.math.div_rn(tl.full([BM], 1.0, tl.float32), rho)  # exact: a power of two
+        else:  # unread
+            rho = linv
+            irho = linv
         hi = S
         doc_off = (bhk // HKV) * S
         if HAS_DOC:  # key sub-tiles wholly outside this tile's documents are masked for every row: skip
@@ -338,17 +352,21 @@ if HAS_TRITON:
         for start_n in range(lo, tile, BN):
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                          P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, False,
-                         CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
+                         CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY, FP8_DQ, irho)
         for start_n in range(tile, tile_end, BN):  # the diagonal tile: masked when causal
             dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                          P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT, True,
-                         CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
+                         CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY, FP8_DQ, irho)
         if not CAUSAL:
             for start_n in range(tile_end, hi, BN):
                 dq = _q_tile(dq, q, qs, do, sdo, m, linv, delta, K, KS, VT, VS, bhk, start_n, offs_m, offs_d, S,
                              P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT,
-                             False, CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY)
-        tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
+                             False, CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY, FP8_DQ, irho)
+        if FP8_DQ:
+            dq = dq * (rho * sm_scale)[:, None]
+        else:
+            dq = dq * sm_scale
+        tl.store(DQ + rows, to_bf16(dq, INTERP))
 
 
 def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
@@ -468,8 +486,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
-    "fp8_dq" (a probe, Gluon dQ kernel only) likewise for dQ (`reference.dq_row_scale`, K8ᵀ and its token-block
-    copy's bytes K-major in place of the bf16 K copies); with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
+    "fp8_dq" (a probe, fp8 spec, no documents) likewise for dQ (`reference.dq_row_scale`): in the Gluon dQ kernel
+    against K8ᵀ and its token-block copy's bytes K-major in place of the bf16 K copies, in the Triton dQ kernel (any
+    device, the interpreter too) against K's bytes; with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
     the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies pass (the same
     numerics; ρ and 1/ρ from `dq_row_scale_fast`, one launch).
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
@@ -499,6 +518,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if isinstance(ds_out, bool) or not isinstance(ds_out, int) or ds_out < 0:
         raise ValueError(f"backward config ds_out={ds_out!r}: allowed a workspace budget in bytes (an int >= 0; 0: "
                          f"off)")
+    if fp8_dq and (doc is not None or dq_mode == "atomic"
+                   or not (spec.qk == "fp8" and spec.fp8_dv and spec.ds == "bf16")):
+        raise ValueError(f"backward config fp8_dq=True: the dQ product in FP8 under bound scales needs fp8 qk, pv and "
+                         f"do with ds=bf16 (the spec is {spec}), no document masking (documents: "
+                         f"{doc is not None}) and dq='kernel' (dq={dq_mode!r})")
     if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
@@ -622,14 +646,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     else:
         dq_on_gluon = gluon_dq and attention_bwd_gluon.dq_eligible(
             q, k, v, spec, causal, doc, {"pre": pre, "bm": bm, "dq": dq_mode}) is None
-        if fp8_dq and not (which != "dkdv" and dq_on_gluon):
-            raise ValueError("backward config fp8_dq=True: the Gluon dQ kernel only (sm_90, the fp8 fast path's "
-                             "launch with gluon_dq)")
+        rho = None
+        if fp8_dq and which != "dkdv":  # ρ per query (`reference.dq_row_scale`), for either dQ kernel
+            rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale,
+                               None if k.off is None else k.off.per_token_scale(), v.scale,
+                               None if v.off is None else v.off.per_token_scale(), causal, block)
         if which != "dkdv" and dq_on_gluon:  # it allocates its own output
             probe = None
             if fp8_dq:
-                rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale, k.off.per_token_scale(), v.scale,
-                                   v.off.per_token_scale(), causal, block)
                 probe = tuple(x.transpose(-1, -2).contiguous() for x in (k.vals, k.off.vals)) + (rho,)
             with torch.cuda.stream(side):  # a no-op for None
                 dq = attention_bwd_gluon.dq(q, k, v, do, lse2, moff, delta, (qb, dot, kbf, kbbf, vr, vbr), sm_scale,
@@ -638,7 +662,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
             if which != "dkdv":
                 _dq_kernel[(seq // bm, b * hq)](*args, dq, kbf, kbbf, vr, vbr, *scalars, BM=bm, BN=dq_sub, TB=block,
-                                                PRE=pre, DP_EARLY=dp_early, **common, **{**config, **dq_launch})
+                                                PRE=pre, DP_EARLY=dp_early, FP8_DQ=fp8_dq,
+                                                RHO=rho if fp8_dq else moff, **common, **{**config, **dq_launch})
     if side is not None:  # the caller's stream waits for dQ; dQ's memory is released on the caller's stream
         torch.cuda.current_stream().wait_stream(side)
         dq.record_stream(torch.cuda.current_stream())

@@ -249,6 +249,45 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
     assert torch.equal(dk_full.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
 
 
+@pytest.mark.parametrize("b,hq,hkv,seq,pre", [(2, 4, 2, 384, False), (1, 2, 2, 256, True)])
+def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, pre):
+    """Launch option fp8_dq on the Triton dQ kernel (any device; here the interpreter): E4M3(dS·s_k/ρ) against K's
+    bytes, ρ from `reference.dq_row_scale`, against `reference.backward_math(fp8_dq=True)` from the same bf16 inputs
+    (within bf16's rounding of dQ, where the default's bf16 dS is 3× as far); dK and dV keep the default's bits. GQA,
+    B > 1, S not a power of two, with and without the copies pass. Document masking and other specs are refused."""
+    import math
+
+    from flamia_kernels import attention_bwd
+    from flamia_kernels import formats as F
+    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
+    from flamia_kernels.document import doc_tables
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=seq + pre)
+    sm = 1.0 / math.sqrt(128)
+    args = backward_args(spec, q, k, v, do, sm_scale=sm)
+    cfg = {"num_warps": 4, "num_stages": 1, "pre": pre}
+    want = attention_bwd.backward(*args, config=cfg)
+    got = attention_bwd.backward(*args, config={**cfg, "fp8_dq": True})
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    ops = prepare_forward(q, k, v, spec, True, F, 128, off_diagonal=True)
+    o, m, l = reference.forward_math(ops, spec, True, True, sm)
+    do8 = quantize_operand(do, spec.do, F)
+    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
+    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]
+    rel = lambda a: ((a.float() - ref).norm() / ref.norm()).item()  # noqa: E731
+    print(f"\nfp8_dq on the Triton dQ kernel vs the reference's FP8 dQ: rel-L2 {rel(got[0]):.2e} (bf16 dS "
+          f"{rel(want[0]):.2e})")
+    assert rel(got[0]) < 4e-3 and rel(want[0]) > 3 * rel(got[0]), (rel(got[0]), rel(want[0]))
+    with pytest.raises(ValueError, match="fp8_dq=True: the dQ product in FP8 under bound scales needs"):
+        attention_bwd.backward(*backward_args(AttentionSpec.parse("mxfp8"), q, k, v, do),
+                               config={**cfg, "fp8_dq": True})
+    docs = doc_tables(torch.zeros(b, seq, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"no document masking \(documents: True\)"):
+        attention_bwd.backward(*args, config={**cfg, "fp8_dq": True}, doc=docs)
+
+
 def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     """The host side of ds_out with fp8_dq (the kernels are sm_90 only; stand-ins record what they get): the dS buffer
     is fp8 and half the bf16 one's size, the dK/dV kernel finds 1/ρ in its statistics' row DS_IRHO_ROW, and
