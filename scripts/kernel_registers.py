@@ -186,7 +186,8 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
                           R_PRE=bn != block, FP8_DV=spec.fp8_dv)
         else:
             fn = bwd._dq_kernel
-            consts.update(BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block), BN=sub, TB=block)
+            consts.update(BM=cfg.pop("bm", defaults.get("bm", block) if is_default else block), BN=sub, TB=block,
+                          FP8_DQ=cfg.pop("fp8_dq", False))
     options = {k: cfg.get(k, defaults[k]) for k in ("num_warps", "num_stages")}
     sig = _signature(fn.fn, consts, pointers)
     # the JIT specializes 16-byte-aligned pointers and integers divisible by 16 (every launch here): without
@@ -201,7 +202,7 @@ def compile_report(kernel: str, cfg: dict, spec_name: str, dim: int, causal: boo
     if kernel != "fwd":
         label += (f"x{sub}" + (":atomic" if fuse else "") + (":half" if kernel == "dkdv" and bn != block else "")
                   + (":bm64" if kernel == "dq" and consts["BM"] != block else "") + (":pre" if consts["PRE"] else "")
-                  + ("" if consts["DP_EARLY"] else ":late"))
+                  + ("" if consts["DP_EARLY"] else ":late") + (":fp8dq" if consts.get("FP8_DQ") else ""))
     ptx = compiled.asm["ptx"]
     return {"config": label, **ptxas_report(ptx, f"sm_{capability}a"), "mma": mma_kinds(ptx)}
 

@@ -179,3 +179,16 @@ def test_dq_from_ds_compiles_for_sm90_without_byte_transposes():
     assert "serialized" not in out.stdout, out.stdout
     assert "m64n128k16.f32.bf16.bf16" in out.stdout and "m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
     assert out.stdout.count("byte-wide shared loads / stores: 0") == 2, out.stdout
+
+
+def test_triton_dq_kernel_with_an_fp8_dq_product_compiles_for_sm90():
+    """The Triton dQ kernel under launch option fp8_dq (E4M3(dS·s_k/ρ) against K's bytes) compiles for sm_90 at the fast
+    path's dQ launch with its dQ product as an FP8 wgmma, without spills."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq", "--configs",
+                          "4x3x32:bm64:pre:fp8dq", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = [line for line in out.stdout.splitlines() if line.startswith("dq ")]
+    assert len(row) == 1 and ":fp8dq" in row[0] and row[0].split()[-2:] == ["0", "0"], out.stdout
+    assert "m64n128k32.f32.e4m3.e4m3" in out.stdout and "bf16.bf16" not in out.stdout, out.stdout
