@@ -189,6 +189,8 @@ def test_triton_dq_kernel_with_an_fp8_dq_product_compiles_for_sm90():
                           "4x3x32:bm64:pre:fp8dq", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    row = [line for line in out.stdout.splitlines() if line.startswith("dq ")]
-    assert len(row) == 1 and ":fp8dq" in row[0] and row[0].split()[-2:] == ["0", "0"], out.stdout
-    assert "m64n128k32.f32.e4m3.e4m3" in out.stdout and "bf16.bf16" not in out.stdout, out.stdout
+    lines = out.stdout.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("dq ") and ":fp8dq" in line]
+    assert len(at) == 1 and lines[at[0]].split()[-2:] == ["0", "0"], out.stdout
+    mma = lines[at[0] + 1]  # its products (the default launch's row above it keeps a bf16 dQ product)
+    assert "m64n128k32.f32.e4m3.e4m3" in mma and "bf16.bf16" not in mma, out.stdout
