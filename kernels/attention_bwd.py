@@ -486,7 +486,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
-    "fp8_dq" (a probe, fp8 spec, no documents) likewise for dQ (`reference.dq_row_scale`): in the Gluon dQ kernel
+    "fp8_dq" (a probe, fp8 spec) likewise for dQ (`reference.dq_row_scale`): in the Gluon dQ kernel
     against K8ᵀ and its token-block copy's bytes K-major in place of the bf16 K copies, in the Triton dQ kernel (any
     device, the interpreter too) against K's bytes; with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
     the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies pass (the same
@@ -518,11 +518,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if isinstance(ds_out, bool) or not isinstance(ds_out, int) or ds_out < 0:
         raise ValueError(f"backward config ds_out={ds_out!r}: allowed a workspace budget in bytes (an int >= 0; 0: "
                          f"off)")
-    if fp8_dq and (doc is not None or dq_mode == "atomic"
-                   or not (spec.qk == "fp8" and spec.fp8_dv and spec.ds == "bf16")):
+    if fp8_dq and (dq_mode == "atomic" or not (spec.qk == "fp8" and spec.fp8_dv and spec.ds == "bf16")):
         raise ValueError(f"backward config fp8_dq=True: the dQ product in FP8 under bound scales needs fp8 qk, pv and "
-                         f"do with ds=bf16 (the spec is {spec}), no document masking (documents: "
-                         f"{doc is not None}) and dq='kernel' (dq={dq_mode!r})")
+                         f"do with ds=bf16 (the spec is {spec}) and dq='kernel' (dq={dq_mode!r})")
     if dq_stream not in (None, "same", "high"):  # checked before any launch
         raise ValueError(f"backward config dq_stream={dq_stream!r}: allowed None, 'same' or 'high' (the dQ kernel on a "
                          f"side stream of that priority, beside the dK/dV kernel)")
@@ -650,7 +648,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         if fp8_dq and which != "dkdv":  # ρ per query (`reference.dq_row_scale`), for either dQ kernel
             rho = dq_row_scale(do, delta, unpack_stats(lse2, moff)[1], k.scale,
                                None if k.off is None else k.off.per_token_scale(), v.scale,
-                               None if v.off is None else v.off.per_token_scale(), causal, block)
+                               None if v.off is None else v.off.per_token_scale(), causal, block,
+                               None if doc is None else doc[0])
         if which != "dkdv" and dq_on_gluon:  # it allocates its own output
             probe = None
             if fp8_dq:

@@ -151,7 +151,7 @@ def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: 
 
 def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: torch.Tensor,
                  k_off_scale: torch.Tensor | None, v_scale: torch.Tensor, v_off_scale: torch.Tensor | None,
-                 causal: bool, tile: int = SEQ_BLOCK) -> torch.Tensor:
+                 causal: bool, tile: int = SEQ_BLOCK, doc_index: torch.Tensor | None = None) -> torch.Tensor:
     """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (launch option fp8_dq, a probe)
     whose A operand is E4M3(dS_ij · s_k(i, j) / ρ_i), chained over every key sub-tile.
 
@@ -160,11 +160,24 @@ def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: 
     tile and the token-block copies' off it (without copies, per token everywhere). ρ_i = the smallest power of two
     ≥ max(f_i · KVd_i + g_i · Kd_i, f_i · KVo_i + g_i · Ko_i) / 448, with KVd, Kd the largest s_k s_v, s_k over the
     keys of i's tile that it sees (j ≤ i when causal) and KVo, Ko over the earlier tiles (every other one without
-    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). No document masking."""
+    `causal`); 1 where that bound is 0. It depends on keys up to i only (causally safe). With `doc_index` (the dense
+    document index [B, S] of `document.doc_tables`; per-token K and V everywhere, as document masking has no copies)
+    KVd, Kd are the largest s_k s_v, s_k over the keys i sees in its own document and the earlier terms drop: ρ_i
+    depends on i's document only (a document's gradients are those of running it alone)."""
     b, hq, seq = do.scale.shape
     hkv = k_scale.shape[1]
     f = linv * do.scale * do.vals.float().abs().sum(-1) * 448.0
     g = linv * delta.abs()
+    if doc_index is not None:
+        tok = torch.stack([k_scale.float() * v_scale.float(), k_scale.float()])  # (2, B, Hkv, S)
+        doc = doc_index.to(device=tok.device, dtype=torch.int64)[None, :, None, :].expand_as(tok)
+        if causal:  # a prefix max that restarts at each document (scales are positive floats: ordered as integers)
+            bits = tok.contiguous().view(torch.int32).to(torch.int64)
+            seen = (((doc << 32) | bits).cummax(-1).values & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+        else:  # each document's max
+            seen = torch.zeros_like(tok).scatter_reduce(-1, doc, tok, "amax", include_self=False).gather(-1, doc)
+        seen = seen.repeat_interleave(hq // hkv, 2)
+        return pow2_at_least((f * seen[0] + g * seen[1]) * (1.0 / 448.0))
     ko = k_scale if k_off_scale is None else k_off_scale
     vo = v_scale if v_off_scale is None else v_off_scale
     tok = torch.stack([k_scale.float() * v_scale.float(), k_scale.float()])  # (2, B, Hkv, S)
@@ -309,7 +322,7 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
                   causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE,
                   doc_ids: torch.Tensor | None = None, fp8_dk: bool = False, fp8_dq: bool = False):
     """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dk, fp8_dq (the
-    launch options' probes, fp8 spec, no documents): dK, dQ as one FP8 product each under `dk_row_scale`,
+    launch options' probes, fp8 spec; fp8_dk without documents): dK, dQ as one FP8 product each under `dk_row_scale`,
     `dq_row_scale`."""
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
@@ -332,7 +345,8 @@ def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta,
     # dQ = Σ_j dS_ij k_j: each pair's K scale folded into dS before dS is quantized along keys.
     if fp8_dq:
         off = lambda op: None if op.off is None else op.off.per_token_scale()  # noqa: E731
-        rho = dq_row_scale(do, delta, linv, ops.k.scale, off(ops.k), ops.v.scale, off(ops.v), causal, tile)
+        rho = dq_row_scale(do, delta, linv, ops.k.scale, off(ops.k), ops.v.scale, off(ops.v), causal, tile,
+                           None if doc_ids is None else doc_tables(doc_ids)[0])
         y = F.quantize_fp8(ds * pr.pair_scale(ops.k) * (1.0 / rho)[..., None], torch.tensor(1.0)).float()
         dq = pr.split(y, pr.kv(ops.k.vals), pr.off_rows(ops.k)) * (rho * sm_scale)[..., None]
     else:

@@ -254,13 +254,12 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
     """Launch option fp8_dq on the Triton dQ kernel (any device; here the interpreter): E4M3(dS·s_k/ρ) against K's
     bytes, ρ from `reference.dq_row_scale`, against `reference.backward_math(fp8_dq=True)` from the same bf16 inputs
     (within bf16's rounding of dQ, where the default's bf16 dS is 3× as far); dK and dV keep the default's bits. GQA,
-    B > 1, S not a power of two, with and without the copies pass. Document masking and other specs are refused."""
+    B > 1, S not a power of two, with and without the copies pass. Other specs and the atomic dQ are refused."""
     import math
 
     from flamia_kernels import attention_bwd
     from flamia_kernels import formats as F
     from flamia_kernels.attention_operands import prepare_forward, quantize_operand
-    from flamia_kernels.document import doc_tables
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=seq + pre)
@@ -283,9 +282,52 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
     with pytest.raises(ValueError, match="fp8_dq=True: the dQ product in FP8 under bound scales needs"):
         attention_bwd.backward(*backward_args(AttentionSpec.parse("mxfp8"), q, k, v, do),
                                config={**cfg, "fp8_dq": True})
-    docs = doc_tables(torch.zeros(b, seq, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"no document masking \(documents: True\)"):
-        attention_bwd.backward(*args, config={**cfg, "fp8_dq": True}, doc=docs)
+    with pytest.raises(ValueError, match=r"and dq='kernel' \(dq='atomic'\)"):
+        attention_bwd.backward(*args, config={**cfg, "fp8_dq": True, "dq": "atomic"})
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_fp8_dq_with_documents_matches_the_reference(causal):
+    """fp8_dq on the Triton dQ kernel under document masking: ρ bounds each query's keys in its own document
+    (`reference.dq_row_scale(doc_index=...)`), and dQ matches `reference.backward_math(fp8_dq=True, doc_ids=...)`
+    within bf16's rounding; a document's ρ is the one it gets alone."""
+    import math
+
+    from flamia_kernels import attention_bwd, attention_fwd
+    from flamia_kernels import formats as F
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
+    from flamia_kernels.document import doc_tables
+
+    spec = AttentionSpec.parse("fp8")
+    b, hq, hkv, seq = 2, 4, 2, 256
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=71 + causal)
+    doc_ids = torch.tensor([[0] * 100 + [1] * 156, [0] * 256])
+    docs = doc_tables(doc_ids)
+    sm = 1.0 / math.sqrt(128)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, off_diagonal=False)
+    _, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, sm, 128, True,
+                                                       doc=docs)
+    do_op = quantize_operand(do, spec.do, QZ)
+    args = (ops.q, ops.k, ops.v, do_op, lse2, moff, backward_delta(do_op, Operand(o8, o_scale)), spec, causal, True,
+            sm, 128)
+    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "fp8_dq": True}, doc=docs)
+    ref_ops = prepare_forward(q, k, v, spec, True, F, 128, off_diagonal=False)
+    o, m, l = reference.forward_math(ref_ops, spec, causal, True, sm, doc_ids=doc_ids)
+    do8 = quantize_operand(do, spec.do, F)
+    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
+    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ref = reference.backward_math(ref_ops, spec, do8, delta, m, linv, causal, True, sm, doc_ids=doc_ids,
+                                  fp8_dq=True)[0]
+    assert ((got[0].float() - ref).norm() / ref.norm()).item() < 4e-3
+    # the bound of document 1 (tokens 100..255 of batch 0) is the one it gets on its own
+    rho = reference.dq_row_scale(do8, delta, linv, ref_ops.k.scale, None, ref_ops.v.scale, None, causal,
+                                 doc_index=docs[0])
+    alone = lambda x: x[:1, :, 100:]  # noqa: E731
+    do_alone = Operand(alone(do8.vals), alone(do8.scale))
+    rho_alone = reference.dq_row_scale(do_alone, alone(delta), alone(linv), alone(ref_ops.k.scale), None,
+                                       alone(ref_ops.v.scale), None, causal, doc_index=torch.zeros(1, 156))
+    assert torch.equal(alone(rho), rho_alone)
 
 
 def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
