@@ -363,10 +363,9 @@ if HAS_TRITON:
                              P_GLOB, qdoc, DOC, doc_off, KB, KBS, VBT, VBS, KBF, KBBF, VR, VBR, D, BM, BN, DS_FMT,
                              False, CAUSAL, HAS_DOC, K_OFF, V_OFF, TINY, INTERP, TB, PRE, DP_EARLY, FP8_DQ, irho)
         if FP8_DQ:
-            dq = dq * (rho * sm_scale)[:, None]
+            tl.store(DQ + rows, to_bf16(dq * (rho * sm_scale)[:, None], INTERP))
         else:
-            dq = dq * sm_scale
-        tl.store(DQ + rows, to_bf16(dq, INTERP))
+            tl.store(DQ + rows, to_bf16(dq * sm_scale, INTERP))
 
 
 def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
