@@ -172,8 +172,9 @@ if HAS_GLUON:
         with the keys contiguous (FP8 wgmma reads its A operand K-major only). The transposition is one stmatrix
         .trans a thread: a thread holds keys r and r + 8 of each query it has, so those two bytes become one 16-bit
         word and the tile is stored [queries, key pairs] — the keys of each 16 in the order 0, 8, 1, 9, ..., 7, 15
-        (`DS_KEY_ORDER`), which K's K-major copy follows (`attention_bwd_copies`). As single bytes it took 16 byte
-        stores a thread; in `dq_from_ds` Triton moved every byte through shared memory one by one."""
+        (`DS_KEY_ORDER`), which K's K-major copy follows (`attention_bwd_copies`); the shared tiles and the TMA
+        descriptor see the fp8 buffer as those 16-bit words (int16). As single bytes it took 16 byte stores a thread;
+        in `dq_from_ds` Triton moved every byte through shared memory one by one."""
         y_s, y_desc, row, col, st_view = yout
         buf = y_s.index(c % 2)
         if y_s.dtype == gl.int16:
@@ -676,7 +677,7 @@ def ds_buffer(b: int, hq: int, seq: int, device, fp8: bool = False) -> torch.Ten
 
 def ds_descriptor(buf: torch.Tensor, keys: int, queries: int):
     """A TMA descriptor over the dS buffer in boxes of a dK/dV sub-tile's keys × queries: [keys, queries] in a bf16
-    buffer, [queries, keys] in an fp8 one (`ds_buffer`)."""
+    buffer, [queries, keys / 2] 16-bit words of two keys' E4M3 bytes in an fp8 one (`ds_buffer`, `_store_ds`)."""
     if buf.dtype == torch.float8_e4m3fn:
         return TensorDescriptor.from_tensor(buf.view(torch.int16), [queries, keys // 2],
                                             nvmma_layout((queries, keys // 2), gl.int16))

@@ -24,7 +24,8 @@ With DS_OUT (launch option ds_out, the fast path's default since session 25) the
 sub-tile's dS·s_k in bf16 — the dQ kernel's A operand — through two shared tiles and a TMA store into the dS buffer
 (`attention_bwd_gluon.ds_buffer`), one barrier a sub-tile, for `dq_from_ds`; launches may cover a range of K / V
 heads (BH0..) so that the buffer holds one chunk of heads at a time. +8 to +10% on this kernel (3.45 → 3.73–3.81 ms at
-S = 8k, B×H = 64 on an H100), against the dQ kernel's 2.2 ms it replaces with 1.66–1.71.
+S = 8k, B×H = 64 on an H100), against the dQ kernel's 2.2 ms it replaces with 1.66–1.71. With launch option fp8_dq
+the buffer is fp8 (E4M3(dS·s_k/ρ), half the bytes; `attention_bwd_gluon._store_ds`; session 26, not yet timed).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """
