@@ -9,10 +9,14 @@ Why: at S = 8k the dS traffic (4.4 GB written by the dK/dV kernel, read by dq_fr
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 from flamia_kernels import flamia_attention
-from launch_configs import launch_overrides
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: launch_configs
+from launch_configs import launch_overrides  # noqa: E402
 
 FP8_DS = {"bwd": {"fp8_dq": True}}
 
