@@ -620,12 +620,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                                    causal, block)
                 probe = (q.vals.transpose(-1, -2).contiguous(), rho)
             if ds_heads:
-                fp8_ds = None
-                if fp8_dq:  # the buffer in E4M3 under ρ, 1/ρ in the statistics the dK/dV kernel copies
-                    rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal)
-                    fp8_ds = (kbf, kbbf, rho)  # the copies pass's K8ᵀ and its token-block copy's
-                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv),
-                                          fp8_ds)
+                # with fp8_dq the buffer in E4M3 under ρ (1/ρ in the statistics the dK/dV kernel copies) and copies'
+                # KBF, KBBF K's bytes K-major (`bf16_copies(k_t=True)`)
+                rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal) if fp8_dq else None
+                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
@@ -700,11 +698,11 @@ def ds_workspace(heads: int, seq: int, device, fp8: bool = False) -> torch.Tenso
         return None
 
 
-def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out, fp8_ds=None):
+def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out, rho=None):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
     the ws dK/dV kernel fills the dS buffer `buf` (`ds_workspace`) and `dq_from_ds` reads it, one after the other on
-    this stream, so the buffer (reused by every chunk) never holds more than the budget. fp8_ds (an fp8 buffer, with
-    fp8_dq): (K8ᵀ, its token-block copy's K8ᵀ, ρ) for `dq_from_ds`' FP8 product, in place of copies' bf16 K."""
+    this stream, so the buffer (reused by every chunk) never holds more than the budget. rho (an fp8 buffer, with
+    fp8_dq): the queries' scales of `dq_from_ds`' FP8 product, whose K operands copies' KBF, KBBF then are."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
@@ -712,8 +710,8 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, 
     for h0 in range(0, b * hkv, heads):
         kv = range(h0, min(h0 + heads, b * hkv))
         attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
-        k_ops, rho = (copies[2:4], None) if fp8_ds is None else (fp8_ds[:2], fp8_ds[2])
-        dq_from_ds(buf, *k_ops, b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq, rho=rho)
+        dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
+                   rho=rho)
     return dq
 
 

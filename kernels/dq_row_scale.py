@@ -11,7 +11,7 @@ and 1/ρ — the latter into the statistics' row the dK/dV kernel reads (`attent
 
 The same values as the reference: the same fp32 products in the same order (the launch turns off Triton's fusion of a
 multiply and an add into one rounding, `enable_fp_fusion`), maxima exact, and the power of two taken from the bound's
-bits (`_pow2_at_least`), as the reference takes it with `torch.frexp` (tests/test_dq_row_scale.py).
+bits (`_pow2_at_least`), as `reference.pow2_at_least` takes it (tests/test_dq_row_scale.py).
 """
 from __future__ import annotations
 
@@ -25,17 +25,13 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from .dv_row_scale import _max_nan
     from .quantize import _e4m3_value
 
     @triton.jit
-    def _max_nan(a, b):
-        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-    @triton.jit
     def _pow2_at_least(x):
-        """The smallest power of two >= x > 0 (x finite and normal: a bound on fp32 scales' products), from its bits:
-        x itself where its mantissa is zero, else the next exponent's power; x <= 0 or NaN gives 1 (no bound), +Inf
-        +Inf (the reference's `where(bound > 0, ...)` and frexp)."""
+        """`reference.pow2_at_least` in Triton: the smallest power of two >= x > 0 from its bits (x itself where its
+        mantissa is zero, else the next exponent's power; 2^-126 at least), 1 where x <= 0 or NaN, +Inf stays."""
         bits = x.to(tl.int32, bitcast=True)
         up = ((bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)) << 23
         return tl.where(x > 0, tl.where(bits >= 0x7F800000, x, up.to(tl.float32, bitcast=True)), 1.0)
