@@ -1,6 +1,8 @@
 """The arguments of `attention_bwd.backward` as the autograd forward would leave them: the quantized
-operands, row statistics, dO and delta, built from bf16 Q, K, V and dO (kernel-level backward tests)."""
-from flamia_kernels import attention_fwd
+operands, row statistics, dO and delta, built from bf16 Q, K, V and dO (kernel-level backward tests); and the same
+inputs of `reference.backward_math`, from the reference's own forward."""
+from flamia_kernels import attention_fwd, reference
+from flamia_kernels import formats as F
 from flamia_kernels import quantize as QZ
 from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
 
@@ -13,3 +15,15 @@ def backward_args(spec, q, k, v, do, causal=True, safeguards=True, sm_scale=0.12
     do_op = quantize_operand(do, spec.do, QZ)
     delta = backward_delta(do_op, Operand(o8, o_scale))
     return ops.q, ops.k, ops.v, do_op, lse2, moff, delta, spec, causal, safeguards, sm_scale, block
+
+
+def reference_backward_inputs(spec, q, k, v, do, sm_scale, causal=True, doc_ids=None, block=128):
+    """(ops, do8, delta, M, 1/l) for `reference.backward_math` from bf16 Q, K, V and dO: `formats`' operands (the
+    token-block copies attached unless documents mask), the reference's forward, dO quantized per spec.do, delta from
+    the quantized O, and M, 1/l through the saved statistics' round trip the kernels see."""
+    ops = prepare_forward(q, k, v, spec, True, F, block, off_diagonal=doc_ids is None)
+    o, m, l = reference.forward_math(ops, spec, causal, True, sm_scale, doc_ids=doc_ids)
+    do8 = quantize_operand(do, spec.do, F)
+    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
+    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    return ops, do8, delta, m, linv

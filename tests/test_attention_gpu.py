@@ -10,7 +10,7 @@ Accuracy bar (issue 3): cosine >= 0.99 for O and dV, >= 0.98 for dQ and dK; the 
 """
 import pytest
 import torch
-from attention_saved import backward_args
+from attention_saved import backward_args, reference_backward_inputs
 from flamia_kernels import flamia_attention, reference
 
 pytestmark = pytest.mark.gpu
@@ -719,9 +719,6 @@ def test_gpu_fp8_ds_probes_match_the_reference():
     import math
 
     from flamia_kernels import AttentionSpec, attention_bwd
-    from flamia_kernels import formats as F
-    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
-    from flamia_kernels.spec import SEQ_BLOCK
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
@@ -730,11 +727,7 @@ def test_gpu_fp8_ds_probes_match_the_reference():
     base = attention_bwd.launch_config(128, spec.ds)
     want = attention_bwd.backward(*args, config=base)
     got = attention_bwd.backward(*args, config={**base, "fp8_dk": True, "fp8_dq": True})
-    ops = prepare_forward(q, k, v, spec, True, F, SEQ_BLOCK, off_diagonal=True)
-    o, m, l = reference.forward_math(ops, spec, True, True, sm)
-    do8 = quantize_operand(do, spec.do, F)
-    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
-    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm)
     ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dk=True, fp8_dq=True)
     errs = {n: _rel(a, b) for n, a, b in zip(("dQ", "dK"), got[:2], ref[:2], strict=True)}
     base_errs = {n: _rel(a, b) for n, a, b in zip(("dQ", "dK"), want[:2], ref[:2], strict=True)}
@@ -753,9 +746,6 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
     import math
 
     from flamia_kernels import AttentionSpec, attention_bwd
-    from flamia_kernels import formats as F
-    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
-    from flamia_kernels.spec import SEQ_BLOCK
 
     spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq = shape
@@ -768,11 +758,7 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
     calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
     got = attention_bwd.backward(*args, config={**base, "fp8_dq": True})
     assert len(calls) >= 1, calls
-    ops = prepare_forward(q, k, v, spec, True, F, SEQ_BLOCK, off_diagonal=True)
-    o, m, l = reference.forward_math(ops, spec, True, True, sm)
-    do8 = quantize_operand(do, spec.do, F)
-    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
-    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm)
     ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]
     err, probe_err, base_err = _rel(got[0], ref), _rel(probe[0], ref), _rel(want[0], ref)
     print(f"\nfp8 ds_out {shape}: dQ vs the reference's FP8 dQ rel-L2 {err:.2e} (the fp8_dq probe {probe_err:.2e}, "

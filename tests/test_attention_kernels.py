@@ -7,7 +7,7 @@ bf16 ulp), and the online softmax's per-tile rescaling of l.
 """
 import pytest
 import torch
-from attention_saved import backward_args
+from attention_saved import backward_args, reference_backward_inputs
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
 
@@ -258,8 +258,6 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
     import math
 
     from flamia_kernels import attention_bwd
-    from flamia_kernels import formats as F
-    from flamia_kernels.attention_operands import prepare_forward, quantize_operand
 
     spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=seq + pre)
@@ -269,11 +267,7 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
     want = attention_bwd.backward(*args, config=cfg)
     got = attention_bwd.backward(*args, config={**cfg, "fp8_dq": True})
     assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
-    ops = prepare_forward(q, k, v, spec, True, F, 128, off_diagonal=True)
-    o, m, l = reference.forward_math(ops, spec, True, True, sm)
-    do8 = quantize_operand(do, spec.do, F)
-    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
-    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm)
     ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]
     rel = lambda a: ((a.float() - ref).norm() / ref.norm()).item()  # noqa: E731
     print(f"\nfp8_dq on the Triton dQ kernel vs the reference's FP8 dQ: rel-L2 {rel(got[0]):.2e} (bf16 dS "
@@ -294,7 +288,6 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
     import math
 
     from flamia_kernels import attention_bwd, attention_fwd
-    from flamia_kernels import formats as F
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
     from flamia_kernels.document import doc_tables
@@ -312,11 +305,7 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, backward_delta(do_op, Operand(o8, o_scale)), spec, causal, True,
             sm, 128)
     got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "fp8_dq": True}, doc=docs)
-    ref_ops = prepare_forward(q, k, v, spec, True, F, 128, off_diagonal=False)
-    o, m, l = reference.forward_math(ref_ops, spec, causal, True, sm, doc_ids=doc_ids)
-    do8 = quantize_operand(do, spec.do, F)
-    delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
-    m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
+    ref_ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm, causal, doc_ids)
     ref = reference.backward_math(ref_ops, spec, do8, delta, m, linv, causal, True, sm, doc_ids=doc_ids,
                                   fp8_dq=True)[0]
     assert ((got[0].float() - ref).norm() / ref.norm()).item() < 4e-3

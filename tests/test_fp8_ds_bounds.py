@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
+from attention_saved import reference_backward_inputs
 from flamia_kernels import formats as F
 from flamia_kernels import reference as R
-from flamia_kernels.attention_operands import prepare_forward, quantize_operand
 from flamia_kernels.spec import SEQ_BLOCK, AttentionSpec
 
 SPEC = AttentionSpec.parse("fp8")
@@ -23,12 +23,7 @@ def _backward_inputs(q, k, v, do, causal=True):
     """What the backward kernels get: the forward's operands (token-block copies attached), dO's bytes, delta, M and
     1/l from the saved statistics, the recomputed probabilities, dS."""
     sm = 1.0 / math.sqrt(q.shape[-1])
-    ops = prepare_forward(q, k, v, SPEC, True, F, SEQ_BLOCK, off_diagonal=True)
-    o, m, l = R.forward_math(ops, SPEC, causal, True, sm)
-    do8 = quantize_operand(do, SPEC.do, F)
-    delta = R.backward_delta(do8, R._quantize_output(o.to(q.dtype), SPEC.do, F))
-    m, linv = R.unpack_stats(*R.pack_stats(m, l))
-    return ops, do8, delta, m, linv, sm
+    return (*reference_backward_inputs(SPEC, q, k, v, do, sm, causal, block=SEQ_BLOCK), sm)
 
 
 def _ds(ops, do8, delta, m, linv, sm, causal=True, fold="q"):
