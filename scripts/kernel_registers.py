@@ -72,12 +72,17 @@ def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
     return sig
 
 
+def _nvidia_bin() -> Path:
+    """The CUDA tools Triton's wheel ships (ptxas, cuobjdump)."""
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
     """{"registers", "spill_stores", "spill_loads", "serialized"} from the bundled ptxas's -v output
     (Triton ships a second ptxas for Blackwell targets)."""
-    import triton
-
-    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    bin_dir = _nvidia_bin()
     ptxas = bin_dir / ("ptxas-blackwell" if arch.startswith("sm_10") and (bin_dir / "ptxas-blackwell").exists()
                        else "ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
@@ -104,9 +109,7 @@ def loop_spills(ptx: str, arch: str = "sm_90a") -> int:
     loops whose pace the kernel runs at. A spill outside them (loop invariants kept across a loop, reloaded after it)
     costs once a program or a head; inside, every sub-tile. A loop: a span closed by a predicated backward branch
     (ptxas places the mbarrier waits' retry paths after the code, each returning by an unconditional branch)."""
-    import triton
-
-    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    bin_dir = _nvidia_bin()
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         src.write_text(ptx)
