@@ -111,6 +111,13 @@ if HAS_GLUON:
                 c += 1
 
     @gluon.jit
+    def _ds_base(y_s, y_desc, g, G, S):
+        """`_ds_place`'s base for query head g of this program's K / V head: the buffer holds this launch's query heads
+        only, n_qb(n_qb + 1) tiles each, and the program's key block picks its tile in each query block's row."""
+        n_qb = S // _DS_QB
+        return y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0)
+
+    @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
                   sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                   TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
@@ -145,10 +152,8 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 0)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
-        n_qb = S // _DS_QB
         for g in range(G):  # the query heads sharing this K / V head, in the producer's order
-            # `_ds_place`: the buffer holds this launch's query heads only
-            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
+            ybase = _ds_base(y_s, y_desc, g, G, S)
             for j in range(n_diag):
                 stage = c % STAGES
                 offs_m = first + j * BM + gl.arange(0, BM, layout=QRY)
@@ -167,7 +172,7 @@ if HAS_GLUON:
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):
-            ybase = (y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0))
+            ybase = _ds_base(y_s, y_desc, g, G, S)
             if n_off > 0:  # the producer's descriptors are not the consumer's: `_done_with` hands stages back only
                 dv, dk = _off_diagonal(c, n_off, k_s, v_s, smems, ready, empty, kbs, vbs, itau, isig, dv, dk, zero,
                                        qk_scale, 0, 0, smems, S, QRY, A_L, A8_L, STAGES, BM, 0, True, FP8_DK, ybase,
