@@ -162,6 +162,15 @@ if HAS_GLUON:
         return (_dst(pt, dpt, sv, linv, delta, sdo) * qs[None, :]).to(gl.bfloat16)
 
     @gluon.jit
+    def _e4m3_pairs(lo, hi):
+        """E4M3 of lo and hi (fp32) packed into one 16-bit word each, lo's byte low: one cvt a pair, the conversion
+        `.to(gl.float8e4nv)` makes (round to nearest even, saturating to ±448). Converted by Gluon and then packed,
+        each pair took a cvt of two neighbours of the layout and ~4 byte moves to regroup them (the SASS's LOP3 /
+        PRMT / SHF: +30 instructions a sub-tile in the dK/dV kernel's loop)."""
+        return gl.inline_asm_elementwise("cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,r,r", [lo, hi],
+                                         dtype=gl.int16, is_pure=True, pack=1)
+
+    @gluon.jit
     def _store_ds(dst, kscale, yout, c):
         """DS_OUT: this sub-tile's dS·s_k in bf16 (the dQ kernel's A operand, `dq_from_ds`: the same expression as
         `_dq_gluon_kernel`'s y) into the program's ring of two shared tiles and from there by TMA to its place in
@@ -179,14 +188,14 @@ if HAS_GLUON:
         buf = y_s.index(c % 2)
         if y_s.dtype == gl.int16:
             irho = _stats_row(st_view, _DS_IRHO_ROW, gl.SliceLayout(0, dst.type.layout))
-            y = (dst * kscale) * irho[None, :]
+            # kscale·(1/ρ) first: off the diagonal kscale is the block's one scale, so one product a query, not
+            # a second one a value (the same value: 1/ρ is a power of two)
+            y = dst * (kscale * irho[None, :])
             BNK: gl.constexpr = y.shape[0]
             BQ: gl.constexpr = y.shape[1]
             # (w, g, q, h): key 16w + 8h + g of the accumulator's rows (a warp's 16, two a thread) to pair 8w + g
-            x = gl.permute(gl.reshape(y, [BNK // 16, 2, 8, BQ]), (0, 2, 3, 1))
-            lo, hi = gl.split(x.to(gl.float8e4nv).to(gl.uint8, bitcast=True))
-            pairs = lo.to(gl.int16) | (hi.to(gl.int16) << 8)
-            buf.permute((1, 0)).store(gl.reshape(pairs, [BNK // 2, BQ]))
+            lo, hi = gl.split(gl.permute(gl.reshape(y, [BNK // 16, 2, 8, BQ]), (0, 2, 3, 1)))
+            buf.permute((1, 0)).store(gl.reshape(_e4m3_pairs(lo, hi), [BNK // 2, BQ]))
         else:
             buf.store((dst * kscale).to(gl.bfloat16))
         fence_async_shared()
