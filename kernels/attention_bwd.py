@@ -487,9 +487,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
     "fp8_dq" (a probe, fp8 spec) likewise for dQ (`reference.dq_row_scale`): in the Gluon dQ kernel
     against K8ᵀ and its token-block copy's bytes K-major in place of the bf16 K copies, in the Triton dQ kernel (any
-    device, the interpreter too) against K's bytes; with "ds_out" the dS buffer then holds E4M3(dS·s_k/ρ) (half
-    the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies pass (the same
-    numerics; ρ and 1/ρ from `dq_row_scale_fast`, one launch).
+    device, the interpreter too) against K's bytes. "ds_fp8" (with fp8_dq and ds_out): the dS buffer then holds
+    E4M3(dS·s_k/ρ) (half the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies
+    pass (the same numerics; ρ and 1/ρ from `dq_row_scale_fast`, one launch). Off unless asked for: its first GPU
+    run (session 27, H100, the code of a6725e6) gave a NaN dQ with dK and dV right, and the change since (the E4M3
+    pairs packed by one cvt each, 76c5eff) has not been on a GPU yet; without it fp8_dq runs on the dQ kernel.
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
     """
@@ -514,6 +516,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dq = config.pop("fp8_dq", False)
     dq_stream = config.pop("dq_stream", None)
     ds_out = config.pop("ds_out", 0)
+    ds_fp8 = config.pop("ds_fp8", False)
+    if not isinstance(ds_fp8, bool) or (ds_fp8 and not fp8_dq):
+        raise ValueError(f"backward config ds_fp8={ds_fp8!r} (fp8_dq={fp8_dq!r}): allowed True only together with "
+                         f"fp8_dq=True (the dS buffer in E4M3 under fp8_dq's per-query scales), else False")
     if isinstance(ds_out, bool) or not isinstance(ds_out, int) or ds_out < 0:
         raise ValueError(f"backward config ds_out={ds_out!r}: allowed a workspace budget in bytes (an int >= 0; 0: "
                          f"off)")
@@ -565,10 +571,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     on_gluon = gluon and attention_bwd_gluon.eligible(
         q, k, v, spec, causal, doc, {"pre": pre, "bn": bn, "sub": sub, "dq": dq_mode}) is None
     # where it applies (the ws Gluon dK/dV kernel computing dK, dV and dQ, not the FP8 dK probe): K / V heads per
-    # dS buffer and the buffer; none: the dQ kernel instead. With fp8_dq the buffer is fp8 and the copies pass writes
-    # K's bytes K-major (the FP8 dQ product's operand) in place of its bf16 copies.
+    # dS buffer and the buffer; none: the dQ kernel instead. With fp8_dq the buffer is fp8 (ds_fp8, else none) and
+    # the copies pass writes K's bytes K-major (the FP8 dQ product's operand) in place of its bf16 copies.
     ds_heads = (ds_out_heads(ds_out, hq // hkv, seq, fp8_dq)
-                if on_gluon and ws_dkdv and which == "both" and not fp8_dk and dq_mode == "kernel" else 0)
+                if on_gluon and ws_dkdv and which == "both" and not fp8_dk and dq_mode == "kernel"
+                and ds_fp8 == fp8_dq else 0)
     ds_buf = None
     if ds_heads:
         ds_heads = even_chunk(ds_heads, b * hkv)

@@ -26,9 +26,9 @@ imports them when it runs).
                path's pre / half / x32 launch); :wsdkdv that kernel warp-specialized (attention_dkdv_ws: a
                TMA producer warp); :gluondq / :gluondq32 its dQ kernel likewise, on key sub-tiles of 64 / 32;
                :fp8dk that kernel's dK product in FP8, :fp8dq the dQ kernel's dQ product (probes:
-               attention_bwd.backward's fp8_dk, fp8_dq); :dqhigh (the fast path's default) / :dqside the dQ
-               kernel on a side stream of a higher / the same priority, beside the dK/dV kernel; :dqserial both
-               kernels on the caller's stream
+               attention_bwd.backward's fp8_dk, fp8_dq), :dsfp8 with :fp8dq the dS buffer in E4M3 (ds_fp8);
+               :dqhigh (the fast path's default) / :dqside the dQ kernel on a side stream of a higher / the same
+               priority, beside the dK/dV kernel; :dqserial both kernels on the caller's stream
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
           "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64),
           "gluondq32": ("gluon_dq", 32), "fp8dk": ("fp8_dk", True), "fp8dq": ("fp8_dq", True),
+          "dsfp8": ("ds_fp8", True),
           "dqserial": ("dq_stream", None), "dqside": ("dq_stream", "same"), "dqhigh": ("dq_stream", "high"),
           "half": ("bn", 64), "pre": ("pre", True), "late": ("dp_early", False),
           "atomic": ("dq", "atomic"),

@@ -756,7 +756,7 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
     want = attention_bwd.backward(*args, config=base)
     probe = attention_bwd.backward(*args, config={**base, "fp8_dq": True, "ds_out": 0})
     calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
-    got = attention_bwd.backward(*args, config={**base, "fp8_dq": True})
+    got = attention_bwd.backward(*args, config={**base, "fp8_dq": True, "ds_fp8": True})
     assert len(calls) >= 1, calls
     ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm)
     ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]

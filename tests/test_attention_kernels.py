@@ -345,7 +345,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     monkeypatch.setattr(attention_dkdv_ws, "dkdv", dkdv)
     monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
     config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
-              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True}
+              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True, "ds_fp8": True}
     attention_bwd.backward(*args, config=config)
     buf = seen["buf"]
     assert buf is seen["dq_buf"] and buf.dtype == torch.float8_e4m3fn and seen["heads"] == range(b * hq)
@@ -360,6 +360,30 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     want = reference.dq_row_scale(doo, delta, linv, k8.scale, k8.off.per_token_scale(), vo.scale,
                                   vo.off.per_token_scale(), True)
     assert torch.equal(seen["rho"], want) and torch.equal(seen["irho"], 1.0 / want)
+
+
+def test_fp8_dq_keeps_off_the_fp8_ds_buffer_unless_asked(monkeypatch):
+    """fp8_dq without ds_fp8 runs on the dQ kernel (its first GPU run gave the fp8 buffer's dQ NaN, session 27): the
+    ws dK/dV kernel gets no dS buffer and `dq_from_ds` is not called; ds_fp8 without fp8_dq, or not a bool, is refused
+    naming the key, the value and what is allowed."""
+    from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, do = _inputs(1, 2, 2, 256, 128, seed=59)
+    args = backward_args(spec, q, k, v, do)
+    seen = []
+    monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
+    monkeypatch.setattr(attention_dkdv_ws, "dkdv", lambda *a, ds_out=None, **kw: seen.append(ds_out) or
+                        (torch.zeros_like(k), torch.zeros_like(v)))
+    monkeypatch.setattr(attention_bwd, "dq_from_ds", lambda *a, **kw: pytest.fail("dq_from_ds ran"))
+    config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
+              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True}
+    dq = attention_bwd.backward(*args, config=config)[0]
+    assert seen == [None] and dq.isfinite().all() and dq.abs().sum() > 0  # the Triton dQ kernel's FP8 product
+    for bad in ({"ds_fp8": True}, {"fp8_dq": True, "ds_fp8": 1}):
+        with pytest.raises(ValueError, match=rf"ds_fp8={bad['ds_fp8']!r} .*allowed True only together with "
+                                             rf"fp8_dq=True"):
+            attention_bwd.backward(*args, config={**config, "fp8_dq": False, **bad})
 
 
 def test_ds_out_budget_from_the_environment(monkeypatch):

@@ -260,7 +260,7 @@ def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "gluon": True})
     monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: {
         **bwd(d, ds, emulated), "gluon": True, "ws_dkdv": ws_dkdv, "gluon_dq": 32,
-        "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0, "fp8_dq": ds_out == "fp8"})
+        "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0, "fp8_dq": ds_out == "fp8", "ds_fp8": ds_out == "fp8"})
     monkeypatch.setattr(dkdv_module, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
     monkeypatch.setattr(dq_module, dq_name, lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
     _gpu_prefix_checks("fp8", 27, 28)

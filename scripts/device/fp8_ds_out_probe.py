@@ -18,7 +18,7 @@ from flamia_kernels import flamia_attention
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: launch_configs
 from launch_configs import launch_overrides  # noqa: E402
 
-FP8_DS = {"bwd": {"fp8_dq": True}}
+FP8_DS = {"bwd": {"fp8_dq": True, "ds_fp8": True}}
 
 
 def grads(q, k, v, do, launch=None):

@@ -95,7 +95,7 @@ def main() -> None:
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=sm)
     base = attention_bwd.launch_config(128, spec.ds)
-    f8 = capture(args, {**base, "fp8_dq": True})
+    f8 = capture(args, {**base, "fp8_dq": True, "ds_fp8": True})
     bf = capture(args, base)
     print(f"captured: fp8 {sorted(f8)}; bf16 {sorted(bf)}")
 

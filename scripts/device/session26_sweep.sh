@@ -9,7 +9,7 @@ set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
 WC="python3 scripts/device/with_constants.py"
-echo '{"bwd": {"fp8_dq": true}}' > /tmp/fp8ds.json
+echo '{"bwd": {"fp8_dq": true, "ds_fp8": true}}' > /tmp/fp8ds.json
 for round in 1 2; do
   for variant in "dq_from_ds.STAGES=3" "dq_from_ds.STAGES=2" "dq_from_ds.STAGES=4" "dq_from_ds.WARPS=4"; do
     TAIL=0 phase "gaps_${variant//[^A-Za-z0-9]/_}_$round" 60 $WC "$variant" -- scripts/launch_gaps.py --seq 8192 \

@@ -6,7 +6,7 @@
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
-echo '{"bwd": {"fp8_dq": true}}' > /tmp/fp8ds.json
+echo '{"bwd": {"fp8_dq": true, "ds_fp8": true}}' > /tmp/fp8ds.json
 TAIL=40 phase stages_new 120 python3 scripts/device/fp8_ds_stages_probe.py
 TAIL=12 phase tests 240 $GPU_TESTS tests/test_attention_gpu.py tests/test_causal_safety.py -k "fp8_ds or gluon_backward"
 TAIL=0 phase gaps_new 70 python3 scripts/launch_gaps.py --seq 8192 --calls 3 --launch /tmp/fp8ds.json
