@@ -21,8 +21,10 @@ bit-identical to the dQ kernel's (tests/test_attention_gpu.py, `test_gpu_ds_out_
 at S = 8k, B×H = 64 it reads the 4.4 GB buffer at 2.55 TB/s (1.66–1.71 ms; a copy of the buffer runs at 3.0 TB/s
 read + write) where the dQ kernel took 2.2 ms (docs/benchmarks.md, session 25).
 
-With launch option fp8_dq (session 26; not yet run on a GPU) the buffer holds E4M3(dS·s_k/ρ) under the queries' bound
-scales ρ (`reference.dq_row_scale`, powers of two known before the backward), half the bytes each way, and dQ =
+With launch options fp8_dq and ds_fp8 (session 26; on an H100 at a6725e6 this kernel took 924 µs at 8k where the bf16
+buffer's took 1691, but the dQ came out NaN, session 27; off unless asked for) the buffer holds E4M3(dS·s_k/ρ)
+under the queries' bound scales ρ (`reference.dq_row_scale`, powers of two known before the backward), half the bytes
+each way, and dQ =
 ρ · sm_scale · Σ tiles·K8 is one FP8 product a key block against K's bytes K-major (K8ᵀ and its token-block copy's):
 `reference.backward_math(fp8_dq=True)`'s numerics, the Gluon dQ kernel's fp8_dq probe's. FP8 wgmma reads its A
 operand K-major only, so the fp8 tiles are [QB queries, BN keys], transposed by the dK/dV kernel on its way into
