@@ -71,7 +71,8 @@ def capture(args, config: dict) -> dict:
         got["grads"] = attention_bwd.backward(*args, config=config)
     finally:
         attention_bwd.dq_row_scale_fast, attention_bwd.dq_from_ds = orig_rho, orig_dq
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return got
 
 
@@ -79,18 +80,22 @@ def rel(a, b) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--b", type=int, default=1)
     ap.add_argument("--hq", type=int, default=2)
     ap.add_argument("--hkv", type=int, default=2)
     ap.add_argument("--seq", type=int, default=512)
-    a = ap.parse_args()
+    ap.add_argument("--device", default="cuda", help="cuda (the kernels' run); cpu only with stand-in kernels, to "
+                    "check this script")
+    a = ap.parse_args(argv)
     b, hq, hkv, seq = a.b, a.hq, a.hkv, a.seq
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; B={b} Hq={hq} Hkv={hkv} S={seq}", flush=True)
+    dev = torch.device(a.device)
+    name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+    print(f"{name}, torch {torch.__version__}; B={b} Hq={hq} Hkv={hkv} S={seq}", flush=True)
     spec = AttentionSpec.parse("fp8")
-    gen = torch.Generator(device="cuda").manual_seed(67)
-    mk = lambda h: torch.randn(b, h, seq, 128, device="cuda", generator=gen).to(torch.bfloat16)  # noqa: E731
+    gen = torch.Generator(device=dev).manual_seed(67)
+    mk = lambda h: torch.randn(b, h, seq, 128, device=dev, generator=gen).to(torch.bfloat16)  # noqa: E731
     q, k, v, do = mk(hq), mk(hkv), mk(hkv), mk(hq)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=sm)
@@ -147,7 +152,7 @@ def main() -> None:
     got = dq_from_ds(f8["ds"], f8["kbf"], f8["kbbf"], b, hq, seq, sm, rho=rho)
     print(f"4. dq_from_ds over the captured buffer: finite {got.isfinite().all().item()}; rel-L2 vs its sums "
           f"{rel(got.cpu(), want):.3e}; the backward's dQ vs the same {rel(f8['grads'][0].cpu(), want):.3e}")
-    packed = _pack(y8raw.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn).cuda()
+    packed = _pack(y8raw.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn).to(dev)
     got2 = dq_from_ds(packed, f8["kbf"], f8["kbbf"], b, hq, seq, sm, rho=rho)
     print(f"   over a host-packed buffer of the same values: rel-L2 {rel(got2.cpu(), want):.3e}")
 
