@@ -7,7 +7,7 @@
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
-echo '{"bwd": {"fp8_dq": true}}' > /tmp/fp8ds.json
+echo '{"bwd": {"fp8_dq": true, "ds_fp8": true}}' > /tmp/fp8ds.json
 TAIL=12 phase tests 240 $GPU_TESTS tests/test_attention_gpu.py tests/test_causal_safety.py -k "ds_out or fp8_ds or gluon_backward"
 TAIL=12 phase accuracy 90 python3 scripts/device/fp8_ds_out_probe.py
 TAIL=30 phase gaps_default 70 python3 scripts/launch_gaps.py --seq 8192 --calls 3
