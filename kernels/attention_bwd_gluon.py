@@ -166,7 +166,8 @@ if HAS_GLUON:
         """E4M3 of lo and hi (fp32) packed into one 16-bit word each, lo's byte low: one cvt a pair, the conversion
         `.to(gl.float8e4nv)` makes (round to nearest even, saturating to ±448). Converted by Gluon and then packed,
         each pair took a cvt of two neighbours of the layout and ~4 byte moves to regroup them (the SASS's LOP3 /
-        PRMT / SHF: +30 instructions a sub-tile in the dK/dV kernel's loop)."""
+        PRMT / SHF: +30 instructions a sub-tile in the dK/dV kernel's loop). Triton's twin: `quantize._e4m3_pairs`
+        (a Gluon kernel cannot call a Triton function)."""
         return gl.inline_asm_elementwise("cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,r,r", [lo, hi],
                                          dtype=gl.int16, is_pure=True, pack=1)
 

@@ -27,3 +27,12 @@ def reference_backward_inputs(spec, q, k, v, do, sm_scale, causal=True, doc_ids=
     delta = reference.backward_delta(do8, reference._quantize_output(o.to(q.dtype), spec.do, F))
     m, linv = reference.unpack_stats(*reference.pack_stats(m, l))
     return ops, do8, delta, m, linv
+
+
+def ws_ds_out_launch(**options) -> dict:
+    """The fp8 fast path's backward launch on the warp-specialized Gluon dK/dV kernel with a dS buffer (ds_out), at the
+    interpreter's warps, plus `options`: for host-side tests whose sm_90 kernels are stand-ins."""
+    from flamia_kernels import attention_bwd
+
+    return {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
+            "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, **options}

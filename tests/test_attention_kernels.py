@@ -7,7 +7,7 @@ bf16 ulp), and the online softmax's per-tile rescaling of l.
 """
 import pytest
 import torch
-from attention_saved import backward_args, reference_backward_inputs
+from attention_saved import backward_args, reference_backward_inputs, ws_ds_out_launch
 from flamia_kernels import AttentionSpec, flamia_attention, reference
 from flamia_kernels import attention as attn
 
@@ -344,8 +344,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
     monkeypatch.setattr(attention_dkdv_ws, "dkdv", dkdv)
     monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
-    config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
-              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True, "ds_fp8": True}
+    config = ws_ds_out_launch(fp8_dq=True, ds_fp8=True)
     attention_bwd.backward(*args, config=config)
     buf = seen["buf"]
     assert buf is seen["dq_buf"] and buf.dtype == torch.float8_e4m3fn and seen["heads"] == range(b * hq)
@@ -376,8 +375,7 @@ def test_fp8_dq_keeps_off_the_fp8_ds_buffer_unless_asked(monkeypatch):
     monkeypatch.setattr(attention_dkdv_ws, "dkdv", lambda *a, ds_out=None, **kw: seen.append(ds_out) or
                         (torch.zeros_like(k), torch.zeros_like(v)))
     monkeypatch.setattr(attention_bwd, "dq_from_ds", lambda *a, **kw: pytest.fail("dq_from_ds ran"))
-    config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
-              "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET, "fp8_dq": True}
+    config = ws_ds_out_launch(fp8_dq=True)
     dq = attention_bwd.backward(*args, config=config)[0]
     assert seen == [None] and dq.isfinite().all() and dq.abs().sum() > 0  # the Triton dQ kernel's FP8 product
     for bad in ({"ds_fp8": True}, {"fp8_dq": True, "ds_fp8": 1}):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from attention_saved import ws_ds_out_launch
 from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 from test_dq_from_ds import _pack
 
@@ -37,9 +38,7 @@ def _stand_in(shuffle: bool):
 def test_stages_probe_reads_each_stage(monkeypatch, capsys, shuffle):
     monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
     monkeypatch.setattr(attention_dkdv_ws, "dkdv", _stand_in(shuffle))
-    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: {
-        "num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
-        "dq": "kernel", "ds_out": attention_bwd.DS_OUT_BUDGET})
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: ws_ds_out_launch())
     probe.main(["--device", "cpu", "--seq", "256", "--hq", "2", "--hkv", "1"])
     out = capsys.readouterr().out
     assert "equal to the reference True (mismatches 0); stats row 5 == 1/rho True" in out, out

@@ -117,11 +117,11 @@ def main(argv=None) -> None:
 
     # 2. K8ᵀ and KB8ᵀ
     order = key_order(seq).flatten().to(q.device)
-    for name, got, src in (("K8t", f8["kbf"], k_op.vals), ("KB8t", f8["kbbf"], k_op.off.vals)):
+    for label, got, src in (("K8t", f8["kbf"], k_op.vals), ("KB8t", f8["kbbf"], k_op.off.vals)):
         want = src.transpose(-1, -2)[..., order].contiguous()
         eq = got.view(torch.uint8) == want.view(torch.uint8)
         bad = (~eq).nonzero()
-        print(f"2. {name} {tuple(got.shape)} {got.dtype}: bytes equal {eq.all().item()} ({(~eq).sum().item()} differ)"
+        print(f"2. {label} {tuple(got.shape)} {got.dtype}: bytes equal {eq.all().item()} ({(~eq).sum().item()} differ)"
               f"{'; first at ' + str(bad[:6].tolist()) if len(bad) else ''}")
 
     # 3. the buffer
