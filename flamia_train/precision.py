@@ -5,7 +5,7 @@ every *op* of a transformer block, and for the LM head:
 
 | op         | modules                 | spec                                                      |
 | ---------- | ----------------------- | --------------------------------------------------------- |
-| `attention`| FLAMIA attention        | AttentionSpec: preset or `qk=..,pv=..,do=..,ds=..`        |
+| `attention`| FLAMIA attention        | AttentionSpec: preset or `qk=..,pv=..,do=..,ds=..,dsk=..` |
 | `qkv`      | wq, wk, wv              | LinearSpec: format, `fprop=..,dgrad=..,wgrad=..`, mapping |
 | `out`      | wo                      | LinearSpec                                                |
 | `mlp_up`   | w_gate, w_up            | LinearSpec                                                |
@@ -184,14 +184,15 @@ def _op_assignments(key: str, op: str, value: Any) -> list[Assignment]:
         spec = parse_attention(key, value) if op == ATTENTION else parse_linear(key, value)
         return [(op, None, spec)]
     _, _, linear_formats = _kernels()
+    from flamia_kernels.spec import DSK_FORMATS
     from flamia_kernels.spec import FORMATS as attention_formats
 
-    formats = attention_formats if op == ATTENTION else linear_formats
     out = []
     for part, fmt in value.items():
         if part not in _parts(op):
             raise ConfigError(f"{key}.{part}", part, f"{op} has parts: {', '.join(_parts(op))}")
         fmt = str(fmt).strip().lower()
+        formats = linear_formats if op != ATTENTION else DSK_FORMATS if part == "dsk" else attention_formats
         if fmt not in formats:
             raise ConfigError(f"{key}.{part}", fmt, f"unknown format; allowed for {op}: {', '.join(formats)}")
         out.append((op, part, fmt))
@@ -330,9 +331,20 @@ def resolve_policy(defaults: Any, layers_levels: list[tuple[str, Mapping]], n_la
             by_selector[canon] = _check_contradiction(key, assignments, by_selector.get(canon))
             for i in select_layers(str(selector), n_layers, key):
                 for op, part, spec in assignments:
-                    table[i][op] = spec if part is None else dataclasses.replace(table[i][op], **{part: spec})
+                    table[i][op] = spec if part is None else _with_part(key, table[i][op], op, assignments, i)
     return Policy(attention=[row[ATTENTION] for row in table],
                   linears=[{op: row[op] for op in LINEAR_OPS} for row in table], lm_head=lm_head)
+
+
+def _with_part(key: str, spec: Any, op: str, assignments: list[Assignment], layer: int) -> Any:
+    """`spec` with every part this override gives `op` (all at once: `{attention: {pv: nvfp4, dsk: bf16}}` is
+    valid where pv alone is not), or ConfigError naming the override where the result is not a spec."""
+    parts = {part: fmt for o, part, fmt in assignments if o == op and part is not None}
+    try:
+        return dataclasses.replace(spec, **parts)
+    except ValueError as err:
+        raise ConfigError(key, ",".join(f"{op}.{p}={f}" for p, f in parts.items()),
+                          f"layer {layer}'s {op} would be {spec.name} with these parts: {err}") from None
 
 
 def resolve_recipe(cfg: PrecisionConfig, n_layers: int) -> Policy:

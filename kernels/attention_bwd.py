@@ -485,13 +485,15 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
-    "fp8_dq" (a probe, fp8 spec) likewise for dQ (`reference.dq_row_scale`): in the Gluon dQ kernel
-    against K8ᵀ and its token-block copy's bytes K-major in place of the bf16 K copies, in the Triton dQ kernel (any
-    device, the interpreter too) against K's bytes. "ds_fp8" (with fp8_dq and ds_out): the dS buffer then holds
-    E4M3(dS·s_k/ρ) (half the bytes) and `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies
-    pass (the same numerics; ρ and 1/ρ from `dq_row_scale_fast`, one launch). Off unless asked for: its first GPU
-    run (session 27, H100, the code of a6725e6) gave a NaN dQ with dK and dV right, and the change since (the E4M3
-    pairs packed by one cvt each, 76c5eff) has not been on a GPU yet; without it fp8_dq runs on the dQ kernel.
+    "fp8_dq" (default: the spec's dsk == "fp8", as the fp8 preset; True or False on another spec is a probe of
+    other numerics than the spec's): dQ as one FP8 product under the queries' bound scales
+    (`reference.dq_row_scale`): in the Gluon dQ kernel against K8ᵀ and its token-block copy's bytes K-major
+    (computed here in PyTorch), in the Triton dQ kernel (any device, the interpreter too) against K's bytes.
+    "ds_fp8" (default: fp8_dq; with ds_out): the dS buffer then holds E4M3(dS·s_k/ρ) (half the bytes) and
+    `dq_from_ds` runs that FP8 product against K's bytes K-major from the copies pass (the same numerics; ρ and 1/ρ
+    from `dq_row_scale_fast`, one launch). False runs fp8_dq on the dQ kernel. Its first GPU run (session 27, H100,
+    a6725e6) gave a NaN dQ; with each key pair's E4M3 bytes packed by one cvt (76c5eff) it matched the reference
+    on the H200 (session 28, 0c21fd0), the ws dK/dV kernel costing what its bf16 stores cost.
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
     """
@@ -513,10 +515,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     ws_dkdv = config.pop("ws_dkdv", False)
     gluon_dq = config.pop("gluon_dq", 0)
     fp8_dk = config.pop("fp8_dk", False)
-    fp8_dq = config.pop("fp8_dq", False)
+    fp8_dq = config.pop("fp8_dq", spec.dsk == "fp8")  # the spec's dQ product unless a probe asks otherwise
     dq_stream = config.pop("dq_stream", None)
     ds_out = config.pop("ds_out", 0)
-    ds_fp8 = config.pop("ds_fp8", False)
+    ds_fp8 = config.pop("ds_fp8", fp8_dq is True)
+    if not isinstance(fp8_dq, bool):
+        raise ValueError(f"backward config fp8_dq={fp8_dq!r}: allowed True (dQ as an FP8 product under per-query "
+                         f"bound scales) or False (dS in the spec's ds format); default: the spec's dsk ({spec.dsk})")
     if not isinstance(ds_fp8, bool) or (ds_fp8 and not fp8_dq):
         raise ValueError(f"backward config ds_fp8={ds_fp8!r} (fp8_dq={fp8_dq!r}): allowed True only together with "
                          f"fp8_dq=True (the dS buffer in E4M3 under fp8_dq's per-query scales), else False")

@@ -152,7 +152,7 @@ def dk_row_scale(q_scale: torch.Tensor, do: Operand, delta: torch.Tensor, linv: 
 def dq_row_scale(do: Operand, delta: torch.Tensor, linv: torch.Tensor, k_scale: torch.Tensor,
                  k_off_scale: torch.Tensor | None, v_scale: torch.Tensor, v_off_scale: torch.Tensor | None,
                  causal: bool, tile: int = SEQ_BLOCK, doc_index: torch.Tensor | None = None) -> torch.Tensor:
-    """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (launch option fp8_dq, a probe)
+    """ρ [B, Hq, S] fp32, a power of two per query: the scale of an FP8 dQ product (spec dsk=fp8, launch option fp8_dq)
     whose A operand is E4M3(dS_ij · s_k(i, j) / ρ_i), chained over every key sub-tile.
 
     `dk_row_scale`'s bound read along the other axis: |dS_ij · s_k(i, j)| ≤ f_i · s_k(i, j) s_v(i, j) + g_i · s_k(i, j),
@@ -320,10 +320,11 @@ def unpack_stats(lse2: torch.Tensor, moff: torch.Tensor) -> tuple[torch.Tensor, 
 
 def backward_math(ops: ForwardOperands, spec: AttentionSpec, do: Operand, delta, m, linv,
                   causal: bool, safe: bool, sm_scale: float, tile: int = SEQ_BLOCK, ds_tile: int = DS_TILE,
-                  doc_ids: torch.Tensor | None = None, fp8_dk: bool = False, fp8_dq: bool = False):
-    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dk, fp8_dq (the
-    launch options' probes, fp8 spec; fp8_dk without documents): dK, dQ as one FP8 product each under `dk_row_scale`,
-    `dq_row_scale`."""
+                  doc_ids: torch.Tensor | None = None, fp8_dk: bool = False, fp8_dq: bool | None = None):
+    """(dQ, dK, dV) fp32 from the forward's operands, dO quantized per spec.do, M and 1/l. fp8_dq (default: the
+    spec's dsk == "fp8"; given, the launch option's probe) and fp8_dk (the launch option's probe, fp8 spec, without
+    documents): dQ, dK as one FP8 product each under `dq_row_scale`, `dk_row_scale`."""
+    fp8_dq = spec.dsk == "fp8" if fp8_dq is None else fp8_dq
     pr = _Probs(ops, spec, causal, safe, sm_scale, m=m, tile=tile, doc_ids=doc_ids)
     hq, hkv = ops.q.vals.shape[1], ops.k.vals.shape[1]
     sum_groups = lambda t: t.unflatten(1, (hkv, hq // hkv)).sum(2)  # noqa: E731  (B, Hq, ...) -> (B, Hkv, ...)

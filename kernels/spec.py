@@ -6,10 +6,18 @@ Four operands, each one of ``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``:
 - ``pv``: P and V in P·V, and the same quantized V in dP = dO·Vᵀ (and P again in dV = Pᵀ·dO; with pv and do
   both fp8, P·s_dO re-quantized per key row, so that dV is an FP8 product: `AttentionSpec.fp8_dv`).
 - ``do``: dO in dV and dP.
-- ``ds``: dS in dQ and dK.
+- ``ds``: dS in dK = dSᵀ·Q, and in dQ = dS·K unless ``dsk`` is fp8.
+
+and one product:
+
+- ``dsk``: dQ = dS·K. ``bf16``: dS in ``ds``'s format against K's ``qk`` bytes. ``fp8``: one FP8 product,
+  E4M3(dS·s_k/ρ) against K's E4M3 bytes, ρ a power of two per query from a bound on |dS·s_k| known before the
+  backward (`reference.dq_row_scale`: causally safe, no reduction in the kernels). It needs qk, pv and do fp8 (the
+  bound is over E4M3 bytes of dO and V) and ds bf16 (dK keeps bf16 dS). Half the bytes of the dS the fast path
+  stores for dQ and an FP8 tensor-core product; ~7% more dQ error (docs/kernels.md, "Choosing the presets").
 
 A spec is given as an `AttentionSpec`, a preset name, or
-``"qk=fp8,pv=fp8,do=fp8,ds=bf16"`` (parts in any order; missing parts are bf16).
+``"qk=fp8,pv=fp8,do=fp8,ds=bf16,dsk=fp8"`` (parts in any order; missing parts are bf16).
 The presets and the measurements behind them are in docs/kernels.md.
 """
 from __future__ import annotations
@@ -18,6 +26,9 @@ from dataclasses import dataclass
 
 FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4")
 OPERANDS = ("qk", "pv", "do", "ds")
+# The parts of a spec: the operands, then the dQ product's own format (bf16 or fp8, see the module docstring)
+PARTS = (*OPERANDS, "dsk")
+DSK_FORMATS = ("bf16", "fp8")
 
 # Token block every scale block and the kernel tile align to (BLOCK_M = BLOCK_N): 128 is the
 # measured-fast tile on the H200 (FLAMIA.md). Sequence lengths must be a multiple of it.
@@ -34,6 +45,7 @@ class AttentionSpec:
     pv: str = "bf16"
     do: str = "bf16"
     ds: str = "bf16"
+    dsk: str = "bf16"
 
     def __post_init__(self):
         for op in OPERANDS:
@@ -42,19 +54,28 @@ class AttentionSpec:
                 raise ValueError(
                     f"attention spec: operand {op}={fmt!r} is not a format; allowed: {', '.join(FORMATS)}"
                 )
+        if self.dsk not in DSK_FORMATS:
+            raise ValueError(f"attention spec: dsk={self.dsk!r} (the dQ = dS·K product) is not allowed; allowed: "
+                             f"{', '.join(DSK_FORMATS)}")
+        if self.dsk == "fp8" and (self.qk, self.pv, self.do, self.ds) != ("fp8", "fp8", "fp8", "bf16"):
+            raise ValueError(f"attention spec: dsk=fp8 (dQ as an FP8 product under per-query bound scales) needs "
+                             f"qk=fp8, pv=fp8, do=fp8 and ds=bf16, got qk={self.qk}, pv={self.pv}, do={self.do}, "
+                             f"ds={self.ds}; set dsk=bf16 for any other operand formats")
 
     @property
     def name(self) -> str:
-        """Canonical short string: the preset name if it is one, else ``qk=..,pv=..,do=..,ds=..``."""
+        """Canonical short string: the preset name if it is one, else ``qk=..,pv=..,do=..,ds=..`` (and ``,dsk=fp8``
+        where dQ is an FP8 product: without it a name reads as it did before dsk existed)."""
         for preset, spec in PRESETS.items():
             if spec == self:
                 return preset
-        return ",".join(f"{op}={getattr(self, op)}" for op in OPERANDS)
+        parts = OPERANDS if self.dsk == "bf16" else PARTS
+        return ",".join(f"{op}={getattr(self, op)}" for op in parts)
 
     @property
     def is_bf16(self) -> bool:
         """True if nothing is quantized (runs on SDPA)."""
-        return all(getattr(self, op) == "bf16" for op in OPERANDS)
+        return all(getattr(self, op) == "bf16" for op in PARTS)
 
     @property
     def fp8_dv(self) -> bool:
@@ -72,7 +93,7 @@ class AttentionSpec:
 
     @classmethod
     def parse(cls, spec: AttentionSpec | str) -> AttentionSpec:
-        """AttentionSpec from itself, a preset name or ``"qk=fp8,pv=fp8,do=fp8,ds=bf16"``.
+        """AttentionSpec from itself, a preset name or ``"qk=fp8,pv=fp8,do=fp8,ds=bf16,dsk=fp8"``.
 
         Raises ValueError naming the bad part and listing what is allowed.
         """
@@ -86,32 +107,37 @@ class AttentionSpec:
         if "=" not in text:
             raise ValueError(
                 f"unknown attention spec {spec!r}; allowed presets: {', '.join(PRESETS)}, "
-                f"or per operand 'qk=F,pv=F,do=F,ds=F' with F one of {', '.join(FORMATS)}"
+                f"or per operand 'qk=F,pv=F,do=F,ds=F' with F one of {', '.join(FORMATS)} (and dsk=bf16 or fp8)"
             )
         fields: dict[str, str] = {}
         for part in text.split(","):
             key, sep, fmt = (s.strip() for s in part.partition("="))
-            if not sep or key not in OPERANDS:
+            if not sep or key not in PARTS:
                 raise ValueError(
                     f"attention spec {spec!r}: bad part {part.strip()!r}; "
-                    f"allowed operands: {', '.join(OPERANDS)} (as op=format)"
+                    f"allowed parts: {', '.join(PARTS)} (as part=format)"
                 )
             if key in fields:
-                raise ValueError(f"attention spec {spec!r}: operand {key!r} given twice")
-            if fmt not in FORMATS:
+                raise ValueError(f"attention spec {spec!r}: part {key!r} given twice")
+            allowed = DSK_FORMATS if key == "dsk" else FORMATS
+            if fmt not in allowed:
                 raise ValueError(
                     f"attention spec {spec!r}: bad format {fmt!r} in part {part.strip()!r}; "
-                    f"allowed: {', '.join(FORMATS)}"
+                    f"allowed: {', '.join(allowed)}"
                 )
             fields[key] = fmt
-        return cls(**fields)
+        try:
+            return cls(**fields)
+        except ValueError as err:  # an inconsistent combination: say which string it came from
+            raise ValueError(f"{err} (in {spec!r})") from None
 
 
-# Presets. Backward products whose error compounds through the softmax Jacobian (dS) stay
-# in bf16 in every preset; the figures that chose these are in docs/kernels.md.
+# Presets. dS, whose error compounds through the softmax Jacobian, stays bf16 wherever its scale would be a
+# reduction (dK in every preset); fp8's dQ product takes it in FP8 under bound scales (dsk), measured at ~7% more dQ
+# error for the fast path's largest saving. The figures that chose these are in docs/kernels.md.
 PRESETS: dict[str, AttentionSpec] = {
     "bf16": AttentionSpec(),
-    "fp8": AttentionSpec(qk="fp8", pv="fp8", do="fp8", ds="bf16"),
+    "fp8": AttentionSpec(qk="fp8", pv="fp8", do="fp8", ds="bf16", dsk="fp8"),
     "mxfp8": AttentionSpec(qk="mxfp8", pv="mxfp8", do="mxfp8", ds="bf16"),
     "nvfp4": AttentionSpec(qk="nvfp4", pv="nvfp4", do="nvfp4", ds="bf16"),
     "nvfp4-fp8": AttentionSpec(qk="fp8", pv="nvfp4", do="fp8", ds="bf16"),

@@ -18,7 +18,9 @@ def test_per_operand_string():
     assert spec.name == "qk=fp8,pv=nvfp4,do=mxfp8,ds=bf16"
     assert AttentionSpec.parse(spec.name) == spec
     assert AttentionSpec.parse("qk=fp8") == AttentionSpec(qk="fp8")  # missing operands stay bf16
-    assert AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8,ds=bf16").name == "fp8"  # a preset by another name
+    assert AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8,ds=bf16,dsk=fp8").name == "fp8"  # a preset by another name
+    old_fp8 = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")  # the fp8 preset before dsk: dQ's dS in bf16
+    assert old_fp8.dsk == "bf16" and old_fp8 != PRESETS["fp8"] and old_fp8.name == "qk=fp8,pv=fp8,do=fp8,ds=bf16"
     assert AttentionSpec.parse(spec) is spec
     assert spec.emulated and not PRESETS["fp8"].emulated and PRESETS["bf16"].is_bf16
 
@@ -28,6 +30,10 @@ def test_per_operand_string():
     ("qk=fp16", ["'fp16'", "bf16, fp8, mxfp8, nvfp4"]),
     ("qk=fp8,xy=fp8", ["'xy=fp8'", "qk, pv, do, ds"]),
     ("qk=fp8,qk=bf16", ["'qk'", "twice"]),
+    ("qk=fp8,pv=fp8,do=fp8,dsk=nvfp4", ["'nvfp4'", "dsk=nvfp4", "allowed: bf16, fp8"]),
+    ("qk=fp8,pv=nvfp4,do=fp8,dsk=fp8", ["dsk=fp8", "pv=nvfp4", "needs qk=fp8, pv=fp8, do=fp8 and ds=bf16",
+                                        "'qk=fp8,pv=nvfp4,do=fp8,dsk=fp8'"]),
+    ("fp8,ds=fp8", ["'fp8'"]),
     ("qk:fp8,pv=fp8", ["'qk:fp8'"]),
 ])
 def test_parse_errors_name_the_part_and_the_allowed_values(text, names):
@@ -40,6 +46,10 @@ def test_parse_errors_name_the_part_and_the_allowed_values(text, names):
 def test_bad_field_and_type():
     with pytest.raises(ValueError, match="pv='int8'"):
         AttentionSpec(pv="int8")
+    with pytest.raises(ValueError, match="dsk='mxfp8'.*allowed: bf16, fp8"):
+        AttentionSpec(dsk="mxfp8")
+    with pytest.raises(ValueError, match="dsk=fp8 .*needs qk=fp8, pv=fp8, do=fp8 and ds=bf16.*ds=fp8"):
+        AttentionSpec(qk="fp8", pv="fp8", do="fp8", ds="fp8", dsk="fp8")
     with pytest.raises(ValueError, match="string or AttentionSpec"):
         AttentionSpec.parse(8)
 

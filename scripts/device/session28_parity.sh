@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 28, call 3: does the fp8 preset's FP8 dQ product (dsk=fp8) train like bf16 dS? Two runs of the fp8 recipe
+# side by side on one GPU, the same seed, data order and held-out batches: gpt-125m with 6 heads of 128 (so that the
+# fast D = 128 backward runs: the fp8 dS buffer) at 1024 × 4 tokens a step, one with every layer's attention at
+# dsk=bf16 (the former fp8). Sharing the GPU slows both; it changes no loss. Held-out loss every 250 steps.
+#   bash scripts/device/session28_parity.sh    (STEPS=1000 BUDGET=400: knobs)
+set -uo pipefail
+source scripts/device/setup.sh
+STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400}
+C=.gpu/corpus32k
+mkdir -p "$R/parity"
+run() {  # run NAME EXTRA...
+  local name=$1; shift
+  timeout -k 15 $((BUDGET + 120)) python3 scripts/bench_parity.py --preset fp8 --model gpt-125m --device cuda \
+    --run-dir "runs/parity28/$name" --out "$R/parity/$name.json" --corpus "$C" --steps "$STEPS" --seq-len 1024 \
+    --micro-batch 4 --budget "$BUDGET" -- "data.cache_dir=/tmp/tok_$name" model.n_heads=6 model.n_kv_heads=6 "$@" \
+    > "$R/parity_$name.log" 2>&1 &
+}
+run dsk_fp8
+run dsk_bf16 "+precision.layers.L0_11.attention.dsk=bf16"
+wait
+for f in "$R"/parity_*.log; do echo "== $f"; grep -v '^step \|^ *[0-9]\+ \|tokenizing' "$f" | tail -8; done
+python3 - "$R/parity" <<'PY'
+import json, sys, pathlib
+rows = {p.stem: json.loads(p.read_text())["rows"][0] for p in sorted(pathlib.Path(sys.argv[1]).glob("*.json"))}
+for name, r in rows.items():
+    print(name, "steps", r["steps_done"], "final", round(r["final_loss"], 4), "heldout", r["heldout_loss"],
+          "@", r["heldout_step"], "tok/s", round(r["tokens_per_s"]), "skipped", r["skipped_steps"])
+steps = sorted({s for r in rows.values() for s, _ in r["evals"]})
+print("step " + " ".join(rows))
+for s in steps:
+    print(s, *(dict(map(tuple, r["evals"])).get(s, "-") for r in rows.values()))
+PY
+tar -czf "$OUT/results.tar.gz" -C /tmp results
