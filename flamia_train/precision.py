@@ -214,8 +214,8 @@ def override_assignments(key: str, value: Any) -> list[Assignment]:
         except ValueError:
             pass
         if not out:
-            raise ConfigError(key, value, "neither an attention spec (bf16, fp8, mxfp8, nvfp4, nvfp4-fp8, "
-                                          "qk=..,pv=..,do=..,ds=..) nor a linear spec (bf16, fp8, fp8-block, "
+            raise ConfigError(key, value, "neither an attention spec (bf16, fp8, fp8-dsk, mxfp8, nvfp4, nvfp4-fp8, "
+                                          "qk=..,pv=..,do=..,ds=..,dsk=..) nor a linear spec (bf16, fp8, fp8-block, "
                                           "mxfp8, nvfp4, fprop=..,dgrad=..,wgrad=..)")
         return out
     out = []

@@ -29,10 +29,13 @@ def _grads(fn, q, k, v, do, dtype=torch.bfloat16):
     return o.detach(), q.grad, k.grad, v.grad
 
 
-def _tol(spec) -> float:
+def _tol(spec, grad: str = "") -> float:
     from flamia_kernels import AttentionSpec
 
-    return 1e-2 if AttentionSpec.parse(spec).pv == "nvfp4" else 5e-3
+    spec = AttentionSpec.parse(spec)
+    if grad == "dQ" and spec.dsk == "fp8":  # FP8 products chained in one accumulator, which Hopper adds at reduced
+        return 1.5e-2  # precision (6.1e-3 / 6.3e-3 at S = 1024, D = 64 / 128 on the H200, session 28)
+    return 1e-2 if spec.pv == "nvfp4" else 5e-3
 
 
 def _rel(a, b):
@@ -58,7 +61,7 @@ def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
 
 
-@pytest.mark.parametrize("spec", ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8", "qk=fp8,pv=fp8,do=bf16,ds=fp8"])
+@pytest.mark.parametrize("spec", ["fp8", "fp8-dsk", "mxfp8", "nvfp4", "nvfp4-fp8", "qk=fp8,pv=fp8,do=bf16,ds=fp8"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_triton_matches_reference(spec, d):
     q, k, v, do = _inputs(2, 8, 2, 1024, d, seed=d)
@@ -66,10 +69,11 @@ def test_gpu_triton_matches_reference(spec, d):
     ref = _grads(lambda *x: reference.attention(*x, spec), q, k, v, do)
     errs = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), tri, ref, strict=True)}
     print(f"\n{spec} D={d} triton vs reference rel-L2: {errs}")
-    assert all(e <= _tol(spec) for e in errs.values()), errs
+    assert all(e <= _tol(spec, n) for n, e in errs.items()), errs
 
 
-BARS = {"fp8": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98), "nvfp4": (0.98, 0.975)}
+BARS = {"fp8": (0.99, 0.98), "fp8-dsk": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98),
+        "nvfp4": (0.98, 0.975)}
 
 
 @pytest.mark.parametrize("spec", list(BARS))
@@ -120,8 +124,7 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     assert _rel(o, ref) <= _tol(spec)
 
 
-# fp8 less its FP8 dQ product (dsk=bf16): the atomic dQ sums bf16 dS's product (dsk=fp8 is refused there)
-@pytest.mark.parametrize("spec", ["qk=fp8,pv=fp8,do=fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
 def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     """dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default dQ kernel on
     the same operands. Where V and dO are both fp8 both kernels' dP is an FP8 product (dPᵀ = V·dOᵀ in
@@ -647,14 +650,13 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
 def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
     """Launch option dq_stream (the fast path's default "high"): the dQ kernel on a side stream beside the dK/dV kernel
     gives the same dQ, dK and dV bits as the two kernels one after the other on the caller's stream, and the
-    caller's stream sees dQ complete. Where the dQ kernel runs: ds_out off, and fp8 less its FP8 dQ product
-    (dsk=bf16; the FP8 product's probe of ρ and K8ᵀ runs on the caller's stream)."""
+    caller's stream sees dQ complete."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")
+    spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
-    base = {**attention_bwd.launch_config(128, spec.ds), "ds_out": 0}
+    base = attention_bwd.launch_config(128, spec.ds)
     assert base["dq_stream"] == "high"
     want = attention_bwd.backward(*args, config={**base, "dq_stream": None})
     got = attention_bwd.backward(*args, config={**base, "dq_stream": priority})
@@ -669,11 +671,10 @@ def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
     """Launch option ds_out (the fast path's default): the ws dK/dV kernel stores dS·s_k and `dq_from_ds` multiplies
     it by K, per chunk of `chunk` K / V heads under the workspace budget. dQ, dK and dV keep the bits of the dQ kernel
     and the dK/dV kernel without it (GQA, B > 1, chunks across the batch, one token block of diagonal only, S not a
-    power of two); a budget below one head's buffer runs the dQ kernel. The bf16 buffer: fp8 less its FP8 dQ product
-    (dsk=bf16; the fp8 preset's buffer: test_gpu_fp8_ds_out_matches_the_reference)."""
+    power of two); a budget below one head's buffer runs the dQ kernel."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")
+    spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=61)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
@@ -697,11 +698,10 @@ def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
 def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)
     against the Triton dQ kernel at the fast path's launch: the same products and elementwise expressions
-    (GQA, B > 1, S not a power of two, the diagonal tile and the token-block copies). The bf16 dQ product (dsk=bf16;
-    the FP8 one on the Gluon kernel: test_gpu_fp8_ds_out_matches_the_reference's probe)."""
+    (GQA, B > 1, S not a power of two, the diagonal tile and the token-block copies)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")
+    spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=47)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dq"}
@@ -719,13 +719,12 @@ def test_gpu_fp8_ds_probes_match_the_reference():
     `reference.dk_row_scale` / `dq_row_scale`, in the ws dK/dV and Gluon dQ kernels) against
     `reference.backward_math(fp8_dk=True, fp8_dq=True)` from the same bf16 inputs (GQA, B > 1, S not a power of
     two): within 1.5e-2 (the kernels chain the FP8 products in one accumulator, which Hopper adds at reduced
-    precision; 6.8e-3 / 7.2e-3 measured at S = 2048, scripts/ds_fp8_probe.py), dV the default launch's bits. On fp8
-    less its FP8 dQ product (dsk=bf16), so that both products are probes against bf16 dS."""
+    precision; 6.8e-3 / 7.2e-3 measured at S = 2048, scripts/ds_fp8_probe.py), dV the default launch's bits."""
     import math
 
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")
+    spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, sm_scale=sm)
@@ -743,7 +742,7 @@ def test_gpu_fp8_ds_probes_match_the_reference():
 
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 2048)])
 def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
-    """The fp8 preset's backward (dsk=fp8) at the fast path's default launch: the ws dK/dV kernel stores
+    """fp8-dsk's backward (fp8 with dsk=fp8) at the fast path's default launch: the ws dK/dV kernel stores
     E4M3(dS·s_k/ρ) (half the bytes of the bf16 buffer) and `dq_from_ds` runs the FP8 dQ product over it. dQ against
     the reference's (`reference.backward_math`, the same spec) from the same bf16 inputs within 1.5e-2, as the Gluon
     dQ kernel's FP8 product (ds_out=0: the same numerics; both chain the FP8 products in one accumulator, which
@@ -753,8 +752,7 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
 
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
-    assert spec.dsk == "fp8"
+    spec = AttentionSpec.parse("fp8-dsk")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=67)
     sm = 1.0 / math.sqrt(128)

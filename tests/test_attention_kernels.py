@@ -197,7 +197,7 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
     dQ; dK and dV come back as the tensors the launches wrote. B = 2 × Hkv = 2 K / V heads, GQA 2."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")  # the bf16 buffer (dsk=bf16)
+    spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq, g = 2, 4, 2, 256, 2
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=47)
     args = backward_args(spec, q, k, v, do)
@@ -251,38 +251,60 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
 
 @pytest.mark.parametrize("b,hq,hkv,seq,pre", [(2, 4, 2, 384, False), (1, 2, 2, 256, True)])
 def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, pre):
-    """The fp8 preset's dQ product (dsk=fp8) on the Triton dQ kernel (any device; here the interpreter):
-    E4M3(dS·s_k/ρ) against K's bytes, ρ from `reference.dq_row_scale`, against the reference's dQ of the same spec
-    from the same bf16 inputs (within bf16's rounding of dQ, where bf16 dS — launch option fp8_dq=False, the spec
-    without dsk — is 3× as far); dK and dV keep bf16 dS's bits. GQA, B > 1, S not a power of two, with and without
-    the copies pass. The default launch follows the spec either way; other specs, the atomic dQ and a fp8_dq that
-    is not a bool are refused."""
+    """Launch option fp8_dq on the Triton dQ kernel (any device; here the interpreter): E4M3(dS·s_k/ρ) against K's
+    bytes, ρ from `reference.dq_row_scale`, against `reference.backward_math(fp8_dq=True)` from the same bf16 inputs
+    (within bf16's rounding of dQ, where the default's bf16 dS is 3× as far); dK and dV keep the default's bits. GQA,
+    B > 1, S not a power of two, with and without the copies pass. Other specs and the atomic dQ are refused."""
     import math
 
     from flamia_kernels import attention_bwd
 
-    spec, without = AttentionSpec.parse("fp8"), AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")
+    spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=seq + pre)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, sm_scale=sm)
     cfg = {"num_warps": 4, "num_stages": 1, "pre": pre}
-    bf16_ds = attention_bwd.backward(*args, config={**cfg, "fp8_dq": False})
-    got = attention_bwd.backward(*args, config=cfg)
-    assert torch.equal(got[1], bf16_ds[1]) and torch.equal(got[2], bf16_ds[2])
-    assert torch.equal(attention_bwd.backward(*args, config={**cfg, "fp8_dq": True})[0], got[0])
-    args_without = (*args[:7], without, *args[8:])
-    assert all(torch.equal(a, c) for a, c in zip(attention_bwd.backward(*args_without, config=cfg), bf16_ds,
-                                                  strict=True))
+    want = attention_bwd.backward(*args, config=cfg)
+    got = attention_bwd.backward(*args, config={**cfg, "fp8_dq": True})
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
     ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm)
-    ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm)[0]
-    assert torch.equal(ref, reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0])
+    ref = reference.backward_math(ops, spec, do8, delta, m, linv, True, True, sm, fp8_dq=True)[0]
     rel = lambda a: ((a.float() - ref).norm() / ref.norm()).item()  # noqa: E731
-    print(f"\nfp8 (dsk=fp8) on the Triton dQ kernel vs the reference's FP8 dQ: rel-L2 {rel(got[0]):.2e} (bf16 dS "
-          f"{rel(bf16_ds[0]):.2e})")
-    assert rel(got[0]) < 4e-3 and rel(bf16_ds[0]) > 3 * rel(got[0]), (rel(got[0]), rel(bf16_ds[0]))
+    print(f"\nfp8_dq on the Triton dQ kernel vs the reference's FP8 dQ: rel-L2 {rel(got[0]):.2e} (bf16 dS "
+          f"{rel(want[0]):.2e})")
+    assert rel(got[0]) < 4e-3 and rel(want[0]) > 3 * rel(got[0]), (rel(got[0]), rel(want[0]))
     with pytest.raises(ValueError, match="fp8_dq=True: the dQ product in FP8 under bound scales needs"):
         attention_bwd.backward(*backward_args(AttentionSpec.parse("mxfp8"), q, k, v, do),
                                config={**cfg, "fp8_dq": True})
+    with pytest.raises(ValueError, match=r"and dq='kernel' \(dq='atomic'\)"):
+        attention_bwd.backward(*args, config={**cfg, "fp8_dq": True, "dq": "atomic"})
+
+
+def test_fp8_dsk_preset_runs_the_fp8_dq_product():
+    """Spec part dsk=fp8 (the preset fp8-dsk) makes the FP8 dQ product the default: the backward at its default
+    launch gives the bits of fp8 with launch option fp8_dq=True, and fp8's bits with fp8_dq=False; the reference
+    follows the spec alike (`backward_math`'s fp8_dq defaults to it). The atomic dQ, which sums bf16 dS, and a fp8_dq
+    that is not a bool are refused, naming the key, the value and what is allowed."""
+    import math
+
+    from flamia_kernels import attention_bwd
+
+    fp8, dsk = AttentionSpec.parse("fp8"), AttentionSpec.parse("fp8-dsk")
+    q, k, v, do = _inputs(1, 4, 2, 256, 128, seed=83)
+    sm = 1.0 / math.sqrt(128)
+    args = backward_args(dsk, q, k, v, do, sm_scale=sm)
+    with_fp8 = (*args[:7], fp8, *args[8:])
+    cfg = {"num_warps": 4, "num_stages": 1}
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a, b, strict=True))  # noqa: E731
+    got = attention_bwd.backward(*args, config=cfg)
+    assert same(got, attention_bwd.backward(*with_fp8, config={**cfg, "fp8_dq": True}))
+    assert same(attention_bwd.backward(*args, config={**cfg, "fp8_dq": False}),
+                attention_bwd.backward(*with_fp8, config=cfg))
+    assert not torch.equal(got[0], attention_bwd.backward(*with_fp8, config=cfg)[0])
+    ops, do8, delta, m, linv = reference_backward_inputs(dsk, q, k, v, do, sm)
+    ref = reference.backward_math(ops, dsk, do8, delta, m, linv, True, True, sm)
+    assert same(ref, reference.backward_math(ops, fp8, do8, delta, m, linv, True, True, sm, fp8_dq=True))
+    assert ((got[0].float() - ref[0]).norm() / ref[0].norm()).item() < 4e-3
     with pytest.raises(ValueError, match=r"and dq='kernel' \(dq='atomic'\)"):
         attention_bwd.backward(*args, config={**cfg, "dq": "atomic"})
     with pytest.raises(ValueError, match=r"fp8_dq=1: allowed True .* or False .*default: the spec's dsk \(fp8\)"):
@@ -291,8 +313,8 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_fp8_dq_with_documents_matches_the_reference(causal):
-    """The fp8 preset's FP8 dQ product on the Triton dQ kernel under document masking: ρ bounds each query's keys in
-    its own document (`reference.dq_row_scale(doc_index=...)`), and dQ matches `reference.backward_math(doc_ids=...)`
+    """fp8_dq on the Triton dQ kernel under document masking: ρ bounds each query's keys in its own document
+    (`reference.dq_row_scale(doc_index=...)`), and dQ matches `reference.backward_math(fp8_dq=True, doc_ids=...)`
     within bf16's rounding; a document's ρ is the one it gets alone."""
     import math
 
@@ -313,9 +335,10 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
     do_op = quantize_operand(do, spec.do, QZ)
     args = (ops.q, ops.k, ops.v, do_op, lse2, moff, backward_delta(do_op, Operand(o8, o_scale)), spec, causal, True,
             sm, 128)
-    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1}, doc=docs)  # fp8's dsk=fp8
+    got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "fp8_dq": True}, doc=docs)
     ref_ops, do8, delta, m, linv = reference_backward_inputs(spec, q, k, v, do, sm, causal, doc_ids)
-    ref = reference.backward_math(ref_ops, spec, do8, delta, m, linv, causal, True, sm, doc_ids=doc_ids)[0]
+    ref = reference.backward_math(ref_ops, spec, do8, delta, m, linv, causal, True, sm, doc_ids=doc_ids,
+                                  fp8_dq=True)[0]
     assert ((got[0].float() - ref).norm() / ref.norm()).item() < 4e-3
     # the bound of document 1 (tokens 100..255 of batch 0) is the one it gets on its own
     rho = reference.dq_row_scale(do8, delta, linv, ref_ops.k.scale, None, ref_ops.v.scale, None, causal,
@@ -328,7 +351,7 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
 
 
 def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
-    """The host side of the fp8 preset's ds_out (dsk=fp8: fp8_dq and ds_fp8 by default; the kernels are sm_90 only,
+    """The host side of fp8-dsk's ds_out (dsk=fp8: fp8_dq and ds_fp8 by default; the kernels are sm_90 only,
     stand-ins record what they get): the dS buffer
     is fp8 and half the bf16 one's size, the dK/dV kernel finds 1/ρ in its statistics' row DS_IRHO_ROW, and
     `dq_from_ds` gets K's and its copy's bytes K-major in the buffer's key order and ρ — the reference's bound scales —
@@ -336,7 +359,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
     from flamia_kernels.attention_bwd_gluon import DS_IRHO_ROW, DS_KEY_ORDER
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-dsk")
     b, hq, hkv, seq = 2, 4, 2, 256
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
     args = backward_args(spec, q, k, v, do)
@@ -370,12 +393,12 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
 
 
 def test_ds_fp8_false_keeps_the_fp8_dq_product_off_the_ds_buffer(monkeypatch):
-    """Launch option ds_fp8=False (the fp8 preset's dQ product still FP8) runs it on the dQ kernel: the ws dK/dV kernel
+    """Launch option ds_fp8=False (fp8-dsk's dQ product still FP8) runs it on the dQ kernel: the ws dK/dV kernel
     gets no dS buffer and `dq_from_ds` is not called; ds_fp8 without fp8_dq, or not a bool, is refused naming the
     key, the value and what is allowed."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-dsk")
     q, k, v, do = _inputs(1, 2, 2, 256, 128, seed=59)
     args = backward_args(spec, q, k, v, do)
     seen = []
@@ -522,7 +545,7 @@ def test_half_tile_launches_combine_with_the_other_options():
     block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8")  # the atomic dQ sums bf16 dS (dsk=fp8 is refused there)
+    spec = AttentionSpec.parse("fp8")
     plain, both = _forward_launches(spec, True, True, 29, {"bm": 64, "BPTR": True})
     assert _rel(both[0], plain[0]) <= 1e-6 and torch.equal(both[2], plain[2])
     q, k, v, do = _inputs(1, 4, 2, 384, 64, seed=29)
@@ -554,10 +577,7 @@ def test_backward_dq_kernel_has_its_own_launch():
         attention_bwd.backward(*args, config={"dq_sub": 48})
 
 
-FP8_BF16_DQ = "qk=fp8,pv=fp8,do=fp8"  # fp8 less its FP8 dQ product (dsk=bf16): the atomic dQ sums bf16 dS
-
-
-@pytest.mark.parametrize("spec,causal,hq,hkv", [(FP8_BF16_DQ, True, 4, 2), (FP8_BF16_DQ, False, 2, 1),
+@pytest.mark.parametrize("spec,causal,hq,hkv", [("fp8", True, 4, 2), ("fp8", False, 2, 1),
                                                   ("nvfp4-fp8", True, 2, 2), ("mxfp8", True, 2, 1)])
 def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
     """dS in bf16: dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default
@@ -581,7 +601,7 @@ def test_backward_atomic_dq_refused_in_deterministic_mode():
     try:
         torch.use_deterministic_algorithms(True)
         with pytest.raises(RuntimeError, match="dq='atomic'.*run-dependent order.*use dq='kernel'"):
-            _backward_with(AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8"), q, k, v, {"dq": "atomic"})
+            _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "atomic"})
     finally:
         torch.use_deterministic_algorithms(was)
 

@@ -14,11 +14,11 @@ import random
 
 import pytest
 import torch
-from flamia_kernels import SEQ_BLOCK, flamia_attention, reference
+from flamia_kernels import PRESETS, SEQ_BLOCK, flamia_attention, reference
 from flamia_kernels import formats as F
 from flamia_kernels.attention_operands import quantize_operand
 
-QUANTIZED = ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8"]
+QUANTIZED = ["fp8", "fp8-dsk", "mxfp8", "nvfp4", "nvfp4-fp8"]  # every quantized preset
 SEQ, DIM = 2 * SEQ_BLOCK, 64
 EDGES = [0, 1, 15, 16, 31, 32, 63, 64, SEQ_BLOCK - 1, SEQ_BLOCK]
 OPS = ("q", "k", "v")
@@ -266,6 +266,11 @@ def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
     _gpu_prefix_checks("fp8", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
     assert dq_calls, f"{dq_name} never ran"
+
+
+def test_every_quantized_preset_is_tested():
+    """Tests 2, 3 and 5 run for every preset (bf16 below): a preset added without its prefix tests fails here."""
+    assert sorted(QUANTIZED) == sorted(set(PRESETS) - {"bf16"})
 
 
 def test_prefix_forward_bf16():

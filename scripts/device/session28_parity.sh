@@ -3,17 +3,17 @@
 # side by side on one GPU, the same seed, data order and held-out batches: gpt-125m with 6 heads of 128 (so that the
 # fast D = 128 backward runs: the fp8 dS buffer) at 1024 × 4 tokens a step, one with every layer's attention at
 # dsk=bf16 (the former fp8). Sharing the GPU slows both; it changes no loss. Held-out loss every 250 steps.
-#   bash scripts/device/session28_parity.sh    (STEPS=1000 BUDGET=400: knobs)
+#   bash scripts/device/session28_parity.sh    (knobs: STEPS=1000 BUDGET=400 SEED=1234, the config's seed)
 set -uo pipefail
 source scripts/device/setup.sh
-STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400}
+STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400} SEED=${SEED:-1234}
 C=.gpu/corpus32k
 mkdir -p "$R/parity"
 run() {  # run NAME EXTRA...
   local name=$1; shift
   timeout -k 15 $((BUDGET + 120)) python3 scripts/bench_parity.py --preset fp8 --model gpt-125m --device cuda \
-    --run-dir "runs/parity28/$name" --out "$R/parity/$name.json" --corpus "$C" --steps "$STEPS" --seq-len 1024 \
-    --micro-batch 4 --budget "$BUDGET" -- "data.cache_dir=/tmp/tok_$name" model.n_heads=6 model.n_kv_heads=6 "$@" \
+    --run-dir "runs/parity28/${name}_$SEED" --out "$R/parity/$name.json" --corpus "$C" --steps "$STEPS" --seq-len 1024 \
+    --micro-batch 4 --budget "$BUDGET" -- "data.cache_dir=/tmp/tok_$name" model.n_heads=6 model.n_kv_heads=6 "train.seed=$SEED" "$@" \
     > "$R/parity_$name.log" 2>&1 &
 }
 run dsk_fp8
