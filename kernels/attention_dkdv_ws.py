@@ -24,9 +24,11 @@ With DS_OUT (launch option ds_out, the fast path's default since session 25) the
 sub-tile's dS·s_k in bf16 — the dQ kernel's A operand — through two shared tiles and a TMA store into the dS buffer
 (`attention_bwd_gluon.ds_buffer`), one barrier a sub-tile, for `dq_from_ds`; launches may cover a range of K / V
 heads (BH0..) so that the buffer holds one chunk of heads at a time. +8 to +10% on this kernel (3.45 → 3.73–3.81 ms at
-S = 8k, B×H = 64 on an H100), against the dQ kernel's 2.2 ms it replaces with 1.66–1.71. With launch options fp8_dq
-and ds_fp8 the buffer is fp8 (E4M3(dS·s_k/ρ), half the bytes; `attention_bwd_gluon._store_ds`): at a6725e6 it ran
-3740 → 4311 µs at 8k on an H100 and its dQ came out NaN (session 27); the byte packing since is not yet measured.
+S = 8k, B×H = 64 on an H100), against the dQ kernel's 2.2 ms it replaces with 1.66–1.71. With spec part dsk=fp8
+(launch options fp8_dq and ds_fp8) the buffer is fp8 (E4M3(dS·s_k/ρ), half the bytes; `attention_bwd_gluon._store_ds`):
+at a6725e6 it ran 3740 → 4311 µs at 8k on an H100 and its dQ came out NaN (session 27); with each key pair's bytes
+packed by one cvt (76c5eff) it is right and costs what the bf16 stores cost, 3746 against 3751 µs on the H200
+(session 28).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """

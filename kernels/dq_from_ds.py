@@ -21,8 +21,9 @@ bit-identical to the dQ kernel's (tests/test_attention_gpu.py, `test_gpu_ds_out_
 at S = 8k, B×H = 64 it reads the 4.4 GB buffer at 2.55 TB/s (1.66–1.71 ms; a copy of the buffer runs at 3.0 TB/s
 read + write) where the dQ kernel took 2.2 ms (docs/benchmarks.md, session 25).
 
-With launch options fp8_dq and ds_fp8 (session 26; on an H100 at a6725e6 this kernel took 924 µs at 8k where the bf16
-buffer's took 1691, but the dQ came out NaN, session 27; off unless asked for) the buffer holds E4M3(dS·s_k/ρ)
+With spec part dsk=fp8 (the preset fp8-dsk; launch options fp8_dq and ds_fp8 — session 26's code gave a NaN dQ on
+its first run, fixed in the dK/dV kernel's stores by 76c5eff; on the H200 at 0c21fd0 this kernel takes 738 µs at 8k
+where the bf16 buffer's takes 1354, session 28) the buffer holds E4M3(dS·s_k/ρ)
 under the queries' bound scales ρ (`reference.dq_row_scale`, powers of two known before the backward), half the bytes
 each way, and dQ =
 ρ · sm_scale · Σ tiles·K8 is one FP8 product a key block against K's bytes K-major (K8ᵀ and its token-block copy's):
@@ -114,7 +115,7 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     """dQ [B, Hq, S, D] bf16 from the dS buffer (`attention_bwd_gluon.ds_buffer`, filled by the dK/dV kernel's
     `ds_out`) and K's bf16 copies KBF (per-token) and KBBF (token-block), [B, Hkv, S, D]. heads: the flat query
     heads (b·Hq + h) the buffer holds, in order (all by default); out: the dQ tensor to write their rows into.
-    An fp8 buffer (launch options ds_out with fp8_dq: E4M3(dS·s_k/ρ)) multiplies K's bytes K-major instead, KBF =
+    An fp8 buffer (dsk=fp8 with ds_out: E4M3(dS·s_k/ρ)) multiplies K's bytes K-major instead, KBF =
     K8ᵀ and KBBF = its token-block copy's, [B, Hkv, D, S], and needs ρ [B, Hq, S] (`reference.dq_row_scale`)."""
     fp8 = ds.dtype == torch.float8_e4m3fn
     d = kbf.shape[-2] if fp8 else kbf.shape[-1]
