@@ -184,15 +184,14 @@ def _op_assignments(key: str, op: str, value: Any) -> list[Assignment]:
         spec = parse_attention(key, value) if op == ATTENTION else parse_linear(key, value)
         return [(op, None, spec)]
     _, _, linear_formats = _kernels()
-    from flamia_kernels.spec import DSK_FORMATS
-    from flamia_kernels.spec import FORMATS as attention_formats
+    from flamia_kernels.spec import part_formats
 
     out = []
     for part, fmt in value.items():
         if part not in _parts(op):
             raise ConfigError(f"{key}.{part}", part, f"{op} has parts: {', '.join(_parts(op))}")
         fmt = str(fmt).strip().lower()
-        formats = linear_formats if op != ATTENTION else DSK_FORMATS if part == "dsk" else attention_formats
+        formats = part_formats(part) if op == ATTENTION else linear_formats
         if fmt not in formats:
             raise ConfigError(f"{key}.{part}", fmt, f"unknown format; allowed for {op}: {', '.join(formats)}")
         out.append((op, part, fmt))

@@ -518,10 +518,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dq = config.pop("fp8_dq", spec.dsk == "fp8")  # the spec's dQ product unless a probe asks otherwise
     dq_stream = config.pop("dq_stream", None)
     ds_out = config.pop("ds_out", 0)
-    ds_fp8 = config.pop("ds_fp8", fp8_dq is True)
     if not isinstance(fp8_dq, bool):
         raise ValueError(f"backward config fp8_dq={fp8_dq!r}: allowed True (dQ as an FP8 product under per-query "
                          f"bound scales) or False (dS in the spec's ds format); default: the spec's dsk ({spec.dsk})")
+    ds_fp8 = config.pop("ds_fp8", fp8_dq)
     if not isinstance(ds_fp8, bool) or (ds_fp8 and not fp8_dq):
         raise ValueError(f"backward config ds_fp8={ds_fp8!r} (fp8_dq={fp8_dq!r}): allowed True only together with "
                          f"fp8_dq=True (the dS buffer in E4M3 under fp8_dq's per-query scales), else False")

@@ -31,6 +31,11 @@ OPERANDS = ("qk", "pv", "do", "ds")
 PARTS = (*OPERANDS, "dsk")
 DSK_FORMATS = ("bf16", "fp8")
 
+
+def part_formats(part: str) -> tuple[str, ...]:
+    """The formats a spec part allows: every format for an operand, bf16 or fp8 for dsk."""
+    return DSK_FORMATS if part == "dsk" else FORMATS
+
 # Token block every scale block and the kernel tile align to (BLOCK_M = BLOCK_N): 128 is the
 # measured-fast tile on the H200 (FLAMIA.md). Sequence lengths must be a multiple of it.
 SEQ_BLOCK = 128
@@ -49,15 +54,12 @@ class AttentionSpec:
     dsk: str = "bf16"
 
     def __post_init__(self):
-        for op in OPERANDS:
-            fmt = getattr(self, op)
-            if fmt not in FORMATS:
-                raise ValueError(
-                    f"attention spec: operand {op}={fmt!r} is not a format; allowed: {', '.join(FORMATS)}"
-                )
-        if self.dsk not in DSK_FORMATS:
-            raise ValueError(f"attention spec: dsk={self.dsk!r} (the dQ = dS·K product) is not allowed; allowed: "
-                             f"{', '.join(DSK_FORMATS)}")
+        for part in PARTS:
+            fmt = getattr(self, part)
+            if fmt not in part_formats(part):
+                what = "operand" if part in OPERANDS else "part (the dQ = dS·K product)"
+                raise ValueError(f"attention spec: {what} {part}={fmt!r} is not allowed; allowed: "
+                                 f"{', '.join(part_formats(part))}")
         if self.dsk == "fp8" and (self.qk, self.pv, self.do, self.ds) != ("fp8", "fp8", "fp8", "bf16"):
             raise ValueError(f"attention spec: dsk=fp8 (dQ as an FP8 product under per-query bound scales) needs "
                              f"qk=fp8, pv=fp8, do=fp8 and ds=bf16, got qk={self.qk}, pv={self.pv}, do={self.do}, "
@@ -120,7 +122,7 @@ class AttentionSpec:
                 )
             if key in fields:
                 raise ValueError(f"attention spec {spec!r}: part {key!r} given twice")
-            allowed = DSK_FORMATS if key == "dsk" else FORMATS
+            allowed = part_formats(key)
             if fmt not in allowed:
                 raise ValueError(
                     f"attention spec {spec!r}: bad format {fmt!r} in part {part.strip()!r}; "

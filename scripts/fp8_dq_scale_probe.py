@@ -27,11 +27,6 @@ CASES = {"normal": (1.0, False), "sharp": (2.0, False), "heavy-dO": (1.0, True),
 KEY_BLOCK = 64
 
 
-def pow2_scale(amax: torch.Tensor) -> torch.Tensor:
-    """The smallest power of two that brings amax within E4M3's 448 (1 where amax is 0)."""
-    return torch.where(amax > 0, torch.exp2(torch.ceil(torch.log2(amax / 448.0))), 1.0)
-
-
 def errors(qk_scale: float, heavy_do: bool, seq: int, seed: int = 10) -> dict[str, float]:
     q, k, v, do = bounds._inputs(seed, hq=2, hkv=2, s=seq)
     q, k = ((x.float() * qk_scale).bfloat16() for x in (q, k))
@@ -45,8 +40,8 @@ def errors(qk_scale: float, heavy_do: bool, seq: int, seed: int = 10) -> dict[st
     args = (ops, bounds.SPEC, do8, delta, m, linv, True, True, sm)
     a, keep, pr = bounds._ds(ops, do8, delta, m, linv, sm, fold="k")
     a = torch.where(keep, a, 0.0)  # dS·s_k, the FP8 product's A operand before its scale
-    row = pow2_scale(a.abs().amax(-1))[..., None]
-    block = pow2_scale(a.unflatten(-1, (-1, KEY_BLOCK)).abs().amax(-1)).repeat_interleave(KEY_BLOCK, -1)
+    row = R.pow2_at_least(a.abs().amax(-1) / 448.0)[..., None]
+    block = R.pow2_at_least(a.unflatten(-1, (-1, KEY_BLOCK)).abs().amax(-1) / 448.0).repeat_interleave(KEY_BLOCK, -1)
     off = lambda op: None if op.off is None else op.off.per_token_scale()  # noqa: E731
     rho = R.dq_row_scale(do8, delta, linv, ops.k.scale, off(ops.k), ops.v.scale, off(ops.v), True)
     product = lambda scale: pr.split(F.quantize_fp8(a / scale, torch.tensor(1.0)).float() * scale,  # noqa: E731
