@@ -51,32 +51,50 @@ if HAS_TRITON:
 # QB queries per program = per tile of the dS buffer; BN keys per tile (the dK/dV kernel's keys per program); TB the
 # forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
 WARPS, STAGES = 8, 3
+# the buffer's tiles and K's blocks read by TMA (host tensor descriptors) instead of each thread's loads: a probe of
+# whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29); the same sums
+TMA = False
 
 
 if HAS_TRITON:
 
     @triton.jit
-    def _ds_operand(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
+    def _ds_operand(Y, tile, offs_k, offs_q, QB: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr,
+                    TMA: tl.constexpr):
         """Tile `tile` of the dS buffer as the product's A operand [QB queries, BN keys]: a bf16 tile is stored
         [BN keys, QB queries] (transposed here: 16-bit words, ldmatrix .trans), an fp8 one [QB, BN] (FP8 wgmma reads A
-        K-major only, and a byte transposition here cost a byte load a byte)."""
-        if FP8:
+        K-major only, and a byte transposition here cost a byte load a byte). TMA: Y is a descriptor of the buffer's
+        tiles stacked as rows ([tiles·BN, QB] bf16, [tiles·QB, BN] fp8)."""
+        if TMA:
+            if FP8:
+                return Y.load([tile * QB, 0])
+            else:
+                return tl.trans(Y.load([tile * BN, 0]))
+        elif FP8:
             return tl.load(Y + (tile.to(tl.int64) * QB + offs_q[:, None]) * BN + offs_k[None, :])
         else:
             return tl.trans(tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :]))
 
     @triton.jit
-    def _k_tile(K, bhk, kb, offs_k, offs_d, S, D: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
+    def _k_tile(K, bhk, kb, offs_k, offs_d, S, D: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr,
+                TMA: tl.constexpr):
         """Key block kb of K / V head bhk as the product's [BN keys, D] B operand: a bf16 copy's rows ([B·Hkv·S, D]),
-        or FP8 the bytes K-major (K8ᵀ [B·Hkv·D, S]: the FP8 wgmma's B operand needs the keys contiguous)."""
-        if FP8:
+        or FP8 the bytes K-major (K8ᵀ [B·Hkv·D, S]: the FP8 wgmma's B operand needs the keys contiguous). TMA: K is a
+        descriptor of those 2-D views."""
+        if TMA:
+            if FP8:
+                return tl.trans(K.load([bhk * D, kb * BN]))
+            else:
+                return K.load([bhk * S + kb * BN, 0])
+        elif FP8:
             return tl.load(K + (bhk.to(tl.int64) * D + offs_d[None, :]) * S + kb * BN + offs_k[:, None])
         else:
             return tl.load(K + (bhk.to(tl.int64) * S + kb * BN + offs_k[:, None]) * D + offs_d[None, :])
 
     @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
-                           BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr):
+                           BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr,
+                           TMA: tl.constexpr = False):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -89,14 +107,14 @@ if HAS_TRITON:
         bhk = bh // G
         acc = tl.zeros([QB, D], tl.float32)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
-            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8)
-            kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
+            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
+            kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, TMA)
             acc = mma(a, kt, INTERP, acc)  # fp32 sums
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
-            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8)
+            a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
             # queries before the block were never written (zeros of the tile's type)
             a = tl.where((first + offs_q)[:, None] >= kb * BN, a, tl.zeros_like(a))
-            kt = _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8)
+            kt = _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, TMA)
             acc = mma(a, kt, INTERP, acc)  # fp32 sums
         rows = bh.to(tl.int64) * S + first + offs_q
         if FP8:  # the tiles hold dS·s_k/ρ: ρ per query back on the sums
@@ -107,6 +125,20 @@ if HAS_TRITON:
 
 
 _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
+
+
+def _tma_views(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, fp8: bool, d: int):
+    """Host TMA descriptors (`TMA`) of the buffer's tiles stacked as rows and of K's two 2-D views, each box one
+    tile: [BN, QB] bf16 / [QB, BN] fp8 tiles, [BN, D] rows of K's bf16 copies or [D, BN] of K8ᵀ ([B·Hkv·D, S])."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if fp8:
+        y = TensorDescriptor.from_tensor(ds.view(-1, BN), [QB, BN])
+        views = [TensorDescriptor.from_tensor(t.view(-1, t.shape[-1]), [d, BN]) for t in (kbf, kbbf)]
+    else:
+        y = TensorDescriptor.from_tensor(ds.view(-1, QB), [BN, QB])
+        views = [TensorDescriptor.from_tensor(t.view(-1, d), [BN, d]) for t in (kbf, kbbf)]
+    return (y, *views)
 
 
 def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, hq: int, seq: int,
@@ -130,7 +162,9 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     heads = range(b * hq) if heads is None else heads
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
+    y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
     _LAUNCH((seq // QB, len(heads)),
-            (ds, kbf, kbbf, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-            dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET), dict(num_warps=WARPS, num_stages=STAGES))
+            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
+            dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET, TMA=TMA),
+            dict(num_warps=WARPS, num_stages=STAGES))
     return out

@@ -43,7 +43,7 @@ def _arg_key(arg):
         return float
     base = getattr(arg, "base", None)
     if isinstance(base, torch.Tensor) and hasattr(arg, "block_shape"):  # a TMA descriptor
-        return base.dtype, tuple(arg.block_shape), id(arg.layout), getattr(arg, "padding", None)
+        return base.dtype, tuple(arg.block_shape), id(getattr(arg, "layout", None)), getattr(arg, "padding", None)
     raise TypeError(f"Relaunch: no plan key for an argument of type {type(arg).__name__}")
 
 

@@ -1,16 +1,23 @@
 """Time `dq_from_ds` (launch option ds_out's dQ product) alone at S = 8k, B×H = 64 for a few launches of its Triton
-kernel, against what the card's DRAM moves (a plain copy of the same dS buffer), so its distance from the bandwidth
-bound is a measured figure. Random bf16 in the buffer: the kernel's time does not depend on the values.
-    python scripts/device/dq_from_ds_probe.py"""
+kernel — the thread loads or TMA (`dq_from_ds.TMA`), warps and ring stages — over a bf16 and an fp8 dS buffer,
+against what the card's DRAM moves (a plain copy of the same buffer), so its distance from the bandwidth bound is a
+measured figure. Every variant's dQ is compared bit for bit with the default launch's (the options change how the
+tiles reach shared memory, never the sums). Random values in the buffer: the kernel's time does not depend on them.
+Variants run in turn for --rounds rounds (a drift of the clocks touches all alike); the median call of each round.
+    python scripts/device/dq_from_ds_probe.py [--rounds 3] [--seq 8192]"""
 from __future__ import annotations
+
+import argparse
+import statistics
 
 import torch
 from flamia_kernels import attention_bwd_gluon, dq_from_ds
 
-VARIANTS = [(8, 3), (8, 2), (8, 4), (4, 3)]  # (num_warps, num_stages)
+# (TMA, num_warps, num_stages); the first is the default launch, every other's dQ is compared with its
+VARIANTS = [(False, 8, 3), (True, 8, 3), (True, 8, 4), (True, 8, 2), (False, 8, 4), (True, 4, 3)]
 
 
-def _ms(fn, reps: int = 5) -> float:
+def _ms(fn, reps: int = 7) -> float:
     """Median of `reps` timed calls (CUDA events), after one warm-up call."""
     fn()
     times = []
@@ -24,20 +31,64 @@ def _ms(fn, reps: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def main() -> None:
-    b, h, seq, d = 4, 16, 8192, 128
-    buf = attention_bwd_gluon.ds_buffer(b, h, seq, "cuda").normal_()
+def _inputs(b: int, h: int, seq: int, d: int, fp8: bool):
+    """A random dS buffer and K's operands for it: bf16 copies [B, H, S, D], or for fp8 the bytes K-major
+    [B, H, D, S] with ρ per query."""
+    buf = attention_bwd_gluon.ds_buffer(b, h, seq, "cuda", fp8=fp8)
+    if fp8:
+        buf.view(torch.uint8).copy_(torch.randint(0, 0x7E, buf.shape, dtype=torch.uint8, device="cuda"))
+        kbf, kbbf = ((torch.randn(b, h, d, seq, device="cuda") * 40).to(torch.float8_e4m3fn) for _ in range(2))
+        rho = torch.exp2(torch.randint(-4, 4, (b, h, seq), device="cuda").float())
+        return buf, kbf, kbbf, rho
+    buf.normal_()
     kbf, kbbf = (torch.randn(b, h, seq, d, device="cuda").to(torch.bfloat16) for _ in range(2))
-    gb = buf.numel() * 2 / 1e9
-    dst = torch.empty_like(buf)
-    ms = _ms(lambda: dst.copy_(buf))
-    print(f"{torch.cuda.get_device_name()}: dS buffer {gb:.2f} GB; a copy of it {ms:.3f} ms "
-          f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
-    dst = None  # its memory back before the kernel runs
-    for warps, stages in VARIANTS:
-        dq_from_ds.WARPS, dq_from_ds.STAGES = warps, stages
-        ms = _ms(lambda: dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1))
-        print(f"dq_from_ds {warps} warps × {stages} stages: {ms:.3f} ms ({gb / ms:.2f} TB/s of dS)", flush=True)
+    return buf, kbf, kbbf, None
+
+
+def _launch(variant):
+    dq_from_ds.TMA, dq_from_ds.WARPS, dq_from_ds.STAGES = variant
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seq", type=int, default=8192)
+    args = ap.parse_args()
+    b, h, seq, d = 32768 // args.seq, 16, args.seq, 128
+    for fp8 in (False, True):
+        buf, kbf, kbbf, rho = _inputs(b, h, seq, d, fp8)
+        gb = buf.numel() * buf.element_size() / 1e9
+        dst = torch.empty_like(buf)
+        ms = _ms(lambda: dst.copy_(buf))
+        kind = "fp8" if fp8 else "bf16"
+        print(f"{torch.cuda.get_device_name()}: {kind} dS buffer {gb:.2f} GB at S = {seq}; a copy of it {ms:.3f} ms "
+              f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
+        dst = None  # its memory back before the kernel runs
+
+        def call():
+            return dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1, rho=rho)
+
+        _launch(VARIANTS[0])
+        want = call()
+        for variant in VARIANTS[1:]:
+            _launch(variant)
+            got = call()
+            same = torch.equal(got.view(torch.int16), want.view(torch.int16))
+            print(f"  {kind} tma={variant[0]} {variant[1]}x{variant[2]}: dQ bit-identical to the default: {same}"
+                  + ("" if same else f" (max |diff| {(got.float() - want.float()).abs().max().item():.3g})"),
+                  flush=True)
+        times: dict = {v: [] for v in VARIANTS}
+        for _ in range(args.rounds):
+            for variant in VARIANTS:
+                _launch(variant)
+                times[variant].append(_ms(call))
+        for variant, ms in times.items():
+            med = statistics.median(ms)
+            print(f"  {kind} dq_from_ds tma={variant[0]} {variant[1]} warps × {variant[2]} stages: {med:.3f} ms "
+                  f"(rounds {', '.join(f'{m:.3f}' for m in ms)}; {gb / med:.2f} TB/s of dS)", flush=True)
+        _launch(VARIANTS[0])
+        del buf, kbf, kbbf, rho, want
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
