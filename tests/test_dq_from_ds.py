@@ -3,8 +3,16 @@ as the warp-specialized dK/dV kernel writes it, against the same sums in PyTorch
 the tiles' unwritten places hold NaN, so a product that read one would show it."""
 import pytest
 import torch
+from flamia_kernels import dq_from_ds as dq_from_ds_module
 from flamia_kernels.attention_bwd_gluon import BN, DS_KEY_ORDER, DS_QB
 from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
+
+
+@pytest.fixture(params=[False, True], ids=["loads", "tma"])
+def tma(request, monkeypatch):
+    """Both ways the kernel reads its tiles (`dq_from_ds.TMA`): the interpreter runs the TMA descriptors' loads too."""
+    monkeypatch.setattr(dq_from_ds_module, "TMA", request.param)
+    return request.param
 
 
 def key_order(n: int) -> torch.Tensor:
@@ -45,7 +53,7 @@ def _want(y, kbf, kbbf, sm_scale):
 
 
 @pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
-def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
+def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq, tma):
     assert QB == DS_QB
     gen = torch.Generator().manual_seed(seq + hq)
     y = torch.randn(b, hq, seq, seq, generator=gen)
@@ -61,7 +69,7 @@ def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq):
 
 
 @pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
-def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq):
+def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq, tma):
     """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, both in
     the buffer's key order, ρ per query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics,
     `reference.backward_math(fp8_dq=True)`)."""
