@@ -54,6 +54,9 @@ WARPS, STAGES = 8, 3
 # the buffer's tiles and K's blocks read by TMA (host tensor descriptors) instead of each thread's loads: a probe of
 # whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29); the same sums
 TMA = False
+# two query blocks a program sharing each K tile (`_dq_from_ds_pairs_kernel`; sequence lengths a multiple of 2·QB): a
+# probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 29); the same bits
+PAIRS = False
 
 
 if HAS_TRITON:
@@ -124,7 +127,65 @@ if HAS_TRITON:
         tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
 
 
+    @triton.jit
+    def _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB: tl.constexpr, BN: tl.constexpr,
+                      FP8: tl.constexpr):
+        """`_ds_operand` of two query blocks at key block kb as one [2·QB queries, BN keys] A operand: rows 0..QB − 1
+        from tile tile_a + kb, rows QB.. from tile_b + kb (the buffer's two tiles, one load)."""
+        tile = (tl.where(offs_q2 < QB, tile_a, tile_b) + kb).to(tl.int64)
+        q = offs_q2 % QB
+        if FP8:
+            return tl.load(Y + (tile[:, None] * QB + q[:, None]) * BN + offs_k[None, :])
+        else:
+            return tl.trans(tl.load(Y + (tile[None, :] * BN + offs_k[:, None]) * QB + q[None, :]))
+
+    @triton.jit
+    def _dq_from_ds_pairs_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
+                                 BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr):
+        """`_dq_from_ds_kernel` for two query blocks a program (`PAIRS`), one [2·QB, D] accumulator: blocks 2p and
+        2p + 1 share each key block they both multiply, so K's tiles cross from L2 once for both (half the kernel's
+        L2 reads of K). Where the two blocks need different copies of K (block 2p's diagonal token block, off block
+        2p + 1's diagonal) each copy multiplies its block's rows and zeros in the other's; past block 2p's keys
+        block 2p's rows are zeros. Each row sums its products in the single kernel's order, plus exact zeros."""
+        p = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
+        bh = tl.program_id(1) + BH0
+        n_qb = S // QB
+        q0 = 2 * p  # the pair's first block; q0 + 1 its second
+        tile_a = tl.program_id(1) * (n_qb * (n_qb + 1)) + q0 * (q0 + 1)
+        tile_b = tile_a + 2 * (q0 + 1)  # block q0 + 1's tiles follow block q0's 2(q0 + 1)
+        first = q0 * QB
+        n_off = first // TB * TB // BN  # key blocks before block q0's diagonal token block
+        n_a = (first + QB) // BN  # block q0's key blocks
+        offs_k = tl.arange(0, BN)
+        offs_q2 = tl.arange(0, 2 * QB)
+        offs_d = tl.arange(0, D)
+        bhk = bh // G
+        in_a = (offs_q2 < QB)[:, None]
+        acc = tl.zeros([2 * QB, D], tl.float32)
+        for kb in range(0, n_off):  # off both blocks' diagonals: one token-block tile for both
+            a = _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB, BN, FP8)
+            acc = mma(a, _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
+        for kb in range(n_off, n_a):  # block q0's diagonal token block: per-token K for its rows, the copy for q0 + 1's
+            a = _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB, BN, FP8)
+            a = tl.where((first + offs_q2)[:, None] >= kb * BN, a, tl.zeros_like(a))
+            zero = tl.zeros_like(a)
+            acc = mma(tl.where(in_a, a, zero), _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
+            acc = mma(tl.where(in_a, zero, a), _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP,
+                      acc)
+        for kb in range(n_a, (first + 2 * QB) // BN):  # block q0 + 1's diagonal token block (block q0's rows: zeros)
+            a = _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB, BN, FP8)
+            a = tl.where(((first + offs_q2)[:, None] >= kb * BN) & ~in_a, a, tl.zeros_like(a))
+            acc = mma(a, _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
+        rows = bh.to(tl.int64) * S + first + offs_q2
+        if FP8:
+            acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]
+        else:
+            acc = acc * sm_scale
+        tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+
+
 _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
+_PAIRS_LAUNCH = Relaunch(_dq_from_ds_pairs_kernel) if HAS_TRITON else None
 
 
 def _tma_views(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, fp8: bool, d: int):
@@ -162,6 +223,12 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     heads = range(b * hq) if heads is None else heads
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
+    if PAIRS and not TMA and seq % (2 * QB) == 0:
+        _PAIRS_LAUNCH((seq // (2 * QB), len(heads)),
+                      (ds, kbf, kbbf, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
+                      dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET),
+                      dict(num_warps=WARPS, num_stages=STAGES))
+        return out
     y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
     _LAUNCH((seq // QB, len(heads)),
             (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),

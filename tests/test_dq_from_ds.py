@@ -8,10 +8,12 @@ from flamia_kernels.attention_bwd_gluon import BN, DS_KEY_ORDER, DS_QB
 from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
 
 
-@pytest.fixture(params=[False, True], ids=["loads", "tma"])
+@pytest.fixture(params=["loads", "tma", "pairs"])
 def tma(request, monkeypatch):
-    """Both ways the kernel reads its tiles (`dq_from_ds.TMA`): the interpreter runs the TMA descriptors' loads too."""
-    monkeypatch.setattr(dq_from_ds_module, "TMA", request.param)
+    """Each launch of the product: the kernel's loads, its TMA descriptors' (`dq_from_ds.TMA`), and two query blocks
+    a program (`dq_from_ds.PAIRS`, lengths a multiple of 256; others fall back to one block a program)."""
+    monkeypatch.setattr(dq_from_ds_module, "TMA", request.param == "tma")
+    monkeypatch.setattr(dq_from_ds_module, "PAIRS", request.param == "pairs")
     return request.param
 
 
@@ -52,7 +54,7 @@ def _want(y, kbf, kbbf, sm_scale):
     return (sm_scale * ((yb * off) @ kf + (yb * (1 - off)) @ kbf_f)).to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
+@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384), (1, 2, 1, 512)])
 def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq, tma):
     assert QB == DS_QB
     gen = torch.Generator().manual_seed(seq + hq)
@@ -68,7 +70,7 @@ def test_dq_from_ds_matches_the_sums(b, hq, hkv, seq, tma):
     assert not torch.allclose(got.float(), _want(y, kbf, kbf, 0.125).float(), rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384)])
+@pytest.mark.parametrize("b,hq,hkv,seq", [(1, 2, 2, 256), (2, 4, 2, 384), (1, 2, 1, 512)])
 def test_dq_from_ds_fp8_matches_the_sums(b, hq, hkv, seq, tma):
     """An fp8 buffer (launch options ds_out with fp8_dq): E4M3 tiles of dS·s_k/ρ against K's bytes K-major, both in
     the buffer's key order, ρ per query back on the sums: ρ · sm_scale · Σ_k y8[q, k] · K8[k] (the probe's numerics,
@@ -95,3 +97,26 @@ def test_dq_from_ds_rejects_a_length_off_its_blocks():
     with pytest.raises(ValueError, match="multiple of 128"):
         dq_from_ds(torch.empty(0, 128, dtype=torch.bfloat16), torch.empty(1, 1, 320, 128, dtype=torch.bfloat16),
                    torch.empty(1, 1, 320, 128, dtype=torch.bfloat16), 1, 1, 320, 1.0)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_dq_from_ds_pairs_give_the_single_blocks_bits(fp8, monkeypatch):
+    """Two query blocks a program (`PAIRS`) sum each block's products as one block a program does, in the same order:
+    the same dQ bits (a pair's shared K tile must not change which copy a block multiplies)."""
+    b, hq, hkv, seq = 1, 2, 1, 768
+    gen = torch.Generator().manual_seed(7)
+    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None],
+                    torch.randn(b, hq, seq, seq, generator=gen) * (60.0 if fp8 else 1.0), 0.0)
+    if fp8:
+        buf = _pack(y.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn)
+        kbf, kbbf = ((torch.randn(b, hkv, 128, seq, generator=gen) * 40).to(torch.float8_e4m3fn) for _ in range(2))
+        rho = torch.exp2(torch.randint(-4, 4, (b, hq, seq), generator=gen).float())
+    else:
+        buf = _pack(y)
+        kbf, kbbf = (torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16) for _ in range(2))
+        rho = None
+    single = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
+    monkeypatch.setattr(dq_from_ds_module, "PAIRS", True)
+    pairs = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
+    assert single.isfinite().all()
+    assert torch.equal(pairs.view(torch.int16), single.view(torch.int16))

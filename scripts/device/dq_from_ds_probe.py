@@ -1,5 +1,6 @@
 """Time `dq_from_ds` (launch option ds_out's dQ product) alone at S = 8k, B×H = 64 for a few launches of its Triton
-kernel — the thread loads or TMA (`dq_from_ds.TMA`), warps and ring stages — over a bf16 and an fp8 dS buffer,
+kernel — the thread loads or TMA (`dq_from_ds.TMA`), two query blocks a program (`dq_from_ds.PAIRS`), warps and ring
+stages — over a bf16 and an fp8 dS buffer,
 against what the card's DRAM moves (a plain copy of the same buffer), so its distance from the bandwidth bound is a
 measured figure. Every variant's dQ is compared bit for bit with the default launch's (the options change how the
 tiles reach shared memory, never the sums). Random values in the buffer: the kernel's time does not depend on them.
@@ -13,8 +14,8 @@ import statistics
 import torch
 from flamia_kernels import attention_bwd_gluon, dq_from_ds
 
-# (TMA, num_warps, num_stages); the first is the default launch, every other's dQ is compared with its
-VARIANTS = [(False, 8, 3), (True, 8, 3), (True, 8, 4), (True, 4, 3)]
+# (TMA, PAIRS, num_warps, num_stages); the first is the default launch, every other's dQ is compared with its
+VARIANTS = [(False, False, 8, 3), (True, False, 8, 4), (False, True, 8, 2), (False, True, 8, 3), (False, True, 16, 2)]
 
 
 def _ms(fn, reps: int = 7) -> float:
@@ -46,7 +47,12 @@ def _inputs(b: int, h: int, seq: int, d: int, fp8: bool):
 
 
 def _launch(variant):
-    dq_from_ds.TMA, dq_from_ds.WARPS, dq_from_ds.STAGES = variant
+    dq_from_ds.TMA, dq_from_ds.PAIRS, dq_from_ds.WARPS, dq_from_ds.STAGES = variant
+
+
+def _name(variant) -> str:
+    tma, pairs, warps, stages = variant
+    return f"{'tma' if tma else 'loads'}{' pairs' if pairs else ''} {warps} warps × {stages} stages"
 
 
 def main() -> None:
@@ -74,7 +80,7 @@ def main() -> None:
             _launch(variant)
             got = call()
             same = torch.equal(got.view(torch.int16), want.view(torch.int16))
-            print(f"  {kind} tma={variant[0]} {variant[1]}x{variant[2]}: dQ bit-identical to the default: {same}"
+            print(f"  {kind} {_name(variant)}: dQ bit-identical to the default: {same}"
                   + ("" if same else f" (max |diff| {(got.float() - want.float()).abs().max().item():.3g})"),
                   flush=True)
         times: dict = {v: [] for v in VARIANTS}
@@ -84,7 +90,7 @@ def main() -> None:
                 times[variant].append(_ms(call))
         for variant, ms in times.items():
             med = statistics.median(ms)
-            print(f"  {kind} dq_from_ds tma={variant[0]} {variant[1]} warps × {variant[2]} stages: {med:.3f} ms "
+            print(f"  {kind} dq_from_ds {_name(variant)}: {med:.3f} ms "
                   f"(rounds {', '.join(f'{m:.3f}' for m in ms)}; {gb / med:.2f} TB/s of dS)", flush=True)
         _launch(VARIANTS[0])
         del buf, kbf, kbbf, rho, want
