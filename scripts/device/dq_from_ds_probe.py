@@ -59,9 +59,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--buffers", default="bf16,fp8", help="which dS buffers, comma-separated: bf16, fp8")
+    ap.add_argument("--variants", default=None,
+                    help="indices into VARIANTS to run, comma-separated (0, the default launch, always runs)")
     args = ap.parse_args()
+    variants = VARIANTS if args.variants is None else [VARIANTS[0]] + [
+        VARIANTS[int(i)] for i in args.variants.split(",") if int(i) != 0]
     b, h, seq, d = 32768 // args.seq, 16, args.seq, 128
-    for fp8 in (False, True):
+    for fp8 in [kind == "fp8" for kind in args.buffers.split(",")]:
         buf, kbf, kbbf, rho = _inputs(b, h, seq, d, fp8)
         gb = buf.numel() * buf.element_size() / 1e9
         dst = torch.empty_like(buf)
@@ -74,18 +79,18 @@ def main() -> None:
         def call():
             return dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1, rho=rho)
 
-        _launch(VARIANTS[0])
+        _launch(variants[0])
         want = call()
-        for variant in VARIANTS[1:]:
+        for variant in variants[1:]:
             _launch(variant)
             got = call()
             same = torch.equal(got.view(torch.int16), want.view(torch.int16))
             print(f"  {kind} {_name(variant)}: dQ bit-identical to the default: {same}"
                   + ("" if same else f" (max |diff| {(got.float() - want.float()).abs().max().item():.3g})"),
                   flush=True)
-        times: dict = {v: [] for v in VARIANTS}
+        times: dict = {v: [] for v in variants}
         for _ in range(args.rounds):
-            for variant in VARIANTS:
+            for variant in variants:
                 _launch(variant)
                 times[variant].append(_ms(call))
         for variant, ms in times.items():

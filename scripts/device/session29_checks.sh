@@ -7,7 +7,7 @@
 set -uo pipefail
 source scripts/device/setup.sh
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$card"
-TAIL=30 phase probe 100 python3 scripts/device/dq_from_ds_probe.py --rounds 3
+TAIL=30 phase probe 80 python3 scripts/device/dq_from_ds_probe.py --rounds 3 --buffers bf16 --variants 2,4
 pick=$(python3 - "$R/probe.log" <<'PY'
 import re, sys
 rows = re.findall(r"bf16 dq_from_ds (\S+)( pairs)? (\d+) warps × (\d+) stages: ([\d.]+) ms", open(sys.argv[1]).read())
@@ -19,12 +19,12 @@ PY
 )
 echo "pick: ${pick:-none}"
 if [[ -n "$pick" ]]; then
-  TAIL=20 phase table 150 python3 scripts/device/with_constants.py $pick -- scripts/bench_attention.py \
+  TAIL=20 phase table 110 python3 scripts/device/with_constants.py $pick -- scripts/bench_attention.py \
     --seqs 8192,16384 --dims 128 --presets fp8 --peers cudnn --modes fwdbwd --rounds 3 --out /tmp/results/bench
-  TAIL=6 phase tests_pairs 90 python3 scripts/device/with_constants.py $pick -- $GPU_TESTS_ARGS \
+  TAIL=6 phase tests_pairs 60 python3 scripts/device/with_constants.py $pick -- $GPU_TESTS_ARGS \
     tests/test_attention_gpu.py -k "ds_out_matches_the_dq_kernel"
 fi
-TAIL=0 phase tests 200 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
+TAIL=0 phase tests 100 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py -k "fp8_ds_out or (prefix and fp8-dsk) or (gluon_backward and fp8)"
 grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -40
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -10
