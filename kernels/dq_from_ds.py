@@ -55,7 +55,9 @@ WARPS, STAGES = 8, 3
 # whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29); the same sums
 TMA = False
 # two query blocks a program sharing each K tile (`_dq_from_ds_pairs_kernel`; sequence lengths a multiple of 2·QB): a
-# probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 29); the same bits
+# probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 29: built, not
+# yet timed on a GPU); the same bits. One program an SM (8 warps: 226-228 registers; 16 warps × 2 stages: 128);
+# over the fp8 buffer ptxas serializes its wgmma (C7511; `scripts/kernel_registers.py --kernels dq_from_ds_pairs`)
 PAIRS = False
 
 

@@ -357,10 +357,12 @@ def gluon_dq_report(bn: int, fp8_dq: bool = False) -> dict:
     return {"config": config, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
-def dq_from_ds_report(fp8: bool = False) -> dict:
+def dq_from_ds_report(fp8: bool = False, pairs: bool = False, warps: int | None = None,
+                      stages: int | None = None) -> dict:
     """compile_report for `dq_from_ds` (launch option ds_out's dQ product, Triton) at its launch: over a bf16 dS buffer
     against K's bf16 copies, or fp8 (with fp8_dq) an E4M3 one against K8ᵀ; "byte_ops" counts its byte-wide shared
-    loads and stores (a transposition of fp8 bytes one by one: the fp8 buffer is stored K-major to avoid them)."""
+    loads and stores (a transposition of fp8 bytes one by one: the fp8 buffer is stored K-major to avoid them).
+    pairs: the two-query-block kernel (`dq_from_ds.PAIRS`) at warps × stages (default: the module's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -375,18 +377,20 @@ def dq_from_ds_report(fp8: bool = False) -> dict:
     consts = dict(D=128, QB=M.QB, BN=M.BN, TB=M.TB, FP8=fp8, INTERP=False)
     # pointers 16-byte aligned and S a multiple of 16, as Triton specializes the real launch
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
-    compiled = triton.compile(ASTSource(fn=M._dq_from_ds_kernel, signature=sig, constexprs=consts, attrs=attrs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": M.WARPS,
-                                                                         "num_stages": M.STAGES})
+    warps, stages = warps or M.WARPS, stages or M.STAGES
+    kernel = M._dq_from_ds_pairs_kernel if pairs else M._dq_from_ds_kernel
+    compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
     ptx = compiled.asm["ptx"]
-    return {"config": f"{M.WARPS}x{M.STAGES}:qb{M.QB}" + (":fp8" if fp8 else ""), **ptxas_report(ptx),
+    return {"config": f"{warps}x{stages}:qb{M.QB}" + (":pairs" if pairs else "") + (":fp8" if fp8 else ""),
+            **ptxas_report(ptx), "shared": compiled.metadata.shared,
             "mma": mma_kinds(ptx), "byte_ops": len(re.findall(r"\b(?:ld|st)\.shared\.(?:b8|u8|s8)\b", ptx))}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", nargs="+", choices=("fwd", "dkdv", "dq", "fwd_gluon", "dkdv_gluon", "dq_gluon",
-                                                     "dq_from_ds"),
+                                                     "dq_from_ds", "dq_from_ds_pairs"),
                     default=["fwd", "dkdv", "dq"],
                     help="fwd_gluon / dkdv_gluon / dq_gluon: the sm_90 Gluon forward / dK/dV / dQ kernel (fp8, D = "
                          "128; the forward's configs :gluon[:chain|:pipeN], its stages follow the variant; dq_gluon "
@@ -430,6 +434,9 @@ def main(argv=None) -> int:
                                 (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False)]
             elif kernel == "dq_from_ds":
                 reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False)]
+            elif kernel == "dq_from_ds_pairs":  # option PAIRS at the launches session 29 set up to time
+                reports = [(dq_from_ds_report(fp8, True, w, st), False) for fp8 in (False, True)
+                           for w, st in ((8, 2), (8, 3), (16, 2))]
             elif kernel == "fwd_gluon":
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
@@ -450,6 +457,8 @@ def main(argv=None) -> int:
                     print(f"       spill instructions inside its innermost wgmma loops: {r['loop_spills']}", flush=True)
                 if "byte_ops" in r:
                     print(f"       byte-wide shared loads / stores: {r['byte_ops']}", flush=True)
+                if kernel == "dq_from_ds_pairs":
+                    print(f"       shared memory: {r['shared']} B", flush=True)
     return 0
 
 

@@ -194,3 +194,21 @@ def test_triton_dq_kernel_with_an_fp8_dq_product_compiles_for_sm90():
     assert len(at) == 1 and lines[at[0]].split()[-2:] == ["0", "0"], out.stdout
     mma = lines[at[0] + 1]  # its products (the default launch's row above it keeps a bf16 dQ product)
     assert "m64n128k32.f32.e4m3.e4m3" in mma and "bf16.bf16" not in mma, out.stdout
+
+
+def test_dq_from_ds_pairs_compiles_for_sm90_unserialized_over_bf16():
+    """`dq_from_ds.PAIRS` (two query blocks a program, one [256, D] accumulator) over the bf16 dS buffer — the launches
+    the probe times — compiles for sm_90 without spills and without serialized wgmma (a form with two accumulators
+    was serialized, C7511), within one program's shared memory (227 KB); over the fp8 buffer ptxas serializes it
+    (docs/kernels.md), which the report must say."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq_from_ds_pairs"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    blocks = out.stdout.split("dq_from_ds_pairs ")[1:]
+    assert len(blocks) == 6, out.stdout
+    for block in blocks:
+        head = block.splitlines()[0].split()
+        assert head[-2:] == ["0", "0"], block
+        assert int(block.split("shared memory: ")[1].split()[0]) <= 227 * 1024, block
+        assert ("serialized" in block) == (":fp8" in head[0]), block
