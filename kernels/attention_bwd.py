@@ -496,6 +496,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     on the H200 (session 28, 0c21fd0), the ws dK/dV kernel costing what its bf16 stores cost.
     "dq_stream" (None, "same" or "high"; see `launch_config`): the dQ kernel on a side stream beside the dK/dV kernel,
     the caller's stream made to wait for it before this returns; the same bits.
+    "ds_chunks" (default 1; with ds_out): n >= 2 splits the K / V heads into at least n chunks in two dS buffers of
+    at most half the budget each, used in turn, and runs each chunk's `dq_from_ds` on a high-priority side stream
+    beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Session 29
+    (not yet timed on a GPU): `dq_from_ds` is bound by reading the buffer, the dK/dV kernel by its products and
+    shared memory, and one program of each fits an SM beside the other.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -518,6 +523,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fp8_dq = config.pop("fp8_dq", spec.dsk == "fp8")  # the spec's dQ product unless a probe asks otherwise
     dq_stream = config.pop("dq_stream", None)
     ds_out = config.pop("ds_out", 0)
+    ds_chunks = config.pop("ds_chunks", 1)
     if not isinstance(fp8_dq, bool):
         raise ValueError(f"backward config fp8_dq={fp8_dq!r}: allowed True (dQ as an FP8 product under per-query "
                          f"bound scales) or False (dS in the spec's ds format); default: the spec's dsk ({spec.dsk})")
@@ -528,6 +534,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     if isinstance(ds_out, bool) or not isinstance(ds_out, int) or ds_out < 0:
         raise ValueError(f"backward config ds_out={ds_out!r}: allowed a workspace budget in bytes (an int >= 0; 0: "
                          f"off)")
+    if isinstance(ds_chunks, bool) or not isinstance(ds_chunks, int) or ds_chunks < 1:
+        raise ValueError(f"backward config ds_chunks={ds_chunks!r}: allowed an int >= 1 (1: the chunks the ds_out "
+                         f"budget needs, one after the other; n >= 2: at least n chunks in two buffers, each chunk's dQ "
+                         f"beside the next chunk's dK/dV kernel)")
     if fp8_dq and (dq_mode == "atomic" or not (spec.qk == "fp8" and spec.fp8_dv and spec.ds == "bf16")):
         raise ValueError(f"backward config fp8_dq=True: the dQ product in FP8 under bound scales needs fp8 qk, pv and "
                          f"do with ds=bf16 (the spec is {spec}) and dq='kernel' (dq={dq_mode!r})")
@@ -583,8 +593,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 and ds_fp8 == fp8_dq else 0)
     ds_buf = None
     if ds_heads:
+        # ds_chunks >= 2: two buffers under the budget, at least that many chunks (`_dkdv_and_dq_from_ds`)
+        paired = ds_chunks > 1 and ds_heads >= 2 and b * hkv >= 2
+        if paired:
+            ds_heads = min(ds_heads // 2, -(-b * hkv // ds_chunks))
         ds_heads = even_chunk(ds_heads, b * hkv)
-        ds_buf = ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device, fp8_dq)
+        ds_buf = [ds_workspace(ds_heads * (hq // hkv), seq, q.vals.device, fp8_dq) for _ in range(1 + paired)]
+        ds_buf = None if any(x is None for x in ds_buf) else ds_buf
         ds_heads = ds_heads if ds_buf is not None else 0
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     if pre:
@@ -635,7 +650,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 # with fp8_dq the buffer in E4M3 under ρ (1/ρ in the statistics the dK/dV kernel copies) and copies'
                 # KBF, KBBF K's bytes K-major (`bf16_copies(k_t=True)`)
                 rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal) if fp8_dq else None
-                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho)
+                overlap = _side_stream(q.vals.device, "high") if len(ds_buf) > 1 and q.vals.is_cuda else None
+                dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho,
+                                          overlap)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
@@ -710,20 +727,40 @@ def ds_workspace(heads: int, seq: int, device, fp8: bool = False) -> torch.Tenso
         return None
 
 
-def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, buf, heads: int, out, rho=None):
+def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs, heads: int, out, rho=None,
+                         side=None):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
-    the ws dK/dV kernel fills the dS buffer `buf` (`ds_workspace`) and `dq_from_ds` reads it, one after the other on
-    this stream, so the buffer (reused by every chunk) never holds more than the budget. rho (an fp8 buffer, with
+    the ws dK/dV kernel fills a dS buffer of `bufs` (`ds_workspace`, used in turn) and `dq_from_ds` reads it. One
+    buffer: the two one after the other on this stream, so the buffer never holds more than the budget. Two (launch
+    option ds_chunks) with `side` (a CUDA stream): each chunk's `dq_from_ds` runs on `side` once its dK/dV kernel is
+    done, beside the next chunk's dK/dV kernel on this stream — a memory-bound kernel next to one bound by its
+    products — and a chunk's dK/dV kernel waits for the `dq_from_ds` that last read its buffer; this stream waits
+    for `side` before returning. The same launches with the same inputs, so the same bits. rho (an fp8 buffer, with
     fp8_dq): the queries' scales of `dq_from_ds`' FP8 product, whose K operands copies' KBF, KBBF then are."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
     dq = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
-    for h0 in range(0, b * hkv, heads):
+    main = torch.cuda.current_stream() if side is not None else None
+    read = [None] * len(bufs)  # per buffer: the event after the last dq_from_ds that read it
+    for i, h0 in enumerate(range(0, b * hkv, heads)):
         kv = range(h0, min(h0 + heads, b * hkv))
+        buf = bufs[i % len(bufs)]
+        if read[i % len(bufs)] is not None:
+            main.wait_event(read[i % len(bufs)])
         attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
-        dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
-                   rho=rho)
+        if side is None:
+            dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
+                       rho=rho)
+            continue
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
+                       rho=rho)
+            read[i % len(bufs)] = torch.cuda.Event()
+            read[i % len(bufs)].record(side)
+    if side is not None:  # dQ and everything side read are the caller's stream's again
+        main.wait_stream(side)
     return dq
 
 

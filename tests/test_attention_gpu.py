@@ -694,6 +694,34 @@ def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
     assert not calls and all(torch.equal(a, b) for a, b in zip(fallback, want, strict=True))
 
 
+@pytest.mark.parametrize("spec_name", ["fp8", "fp8-dsk"])
+@pytest.mark.parametrize("chunks", [2, 4])
+def test_gpu_ds_chunks_overlap_keeps_the_bits(spec_name, chunks, monkeypatch):
+    """Launch option ds_chunks: the dS buffer in two halves used in turn, each chunk's `dq_from_ds` on a side stream
+    beside the next chunk's dK/dV kernel (a chunk's dK/dV kernel waiting for the dQ that last read its buffer). The
+    same launches with the same inputs: dQ, dK and dV bit-identical to the one-buffer backward, over the bf16 buffer
+    and the fp8 one, three calls in a row (a missing wait would let a chunk's dK/dV kernel overwrite a buffer its
+    predecessor's dQ still reads, and dQ could then differ)."""
+    from flamia_kernels import AttentionSpec, attention_bwd
+
+    spec = AttentionSpec.parse(spec_name)
+    b, hq, hkv, seq = 2, 8, 4, 2048
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=67)
+    args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
+    base = attention_bwd.launch_config(128, spec.ds)
+    want = attention_bwd.backward(*args, config=base)
+    calls = _spy(monkeypatch, attention_bwd, "dq_from_ds")
+    for _ in range(3):
+        calls.clear()
+        got = attention_bwd.backward(*args, config={**base, "ds_chunks": chunks})
+        torch.cuda.synchronize()
+        assert len(calls) >= chunks, calls
+        same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
+        assert all(same) and got[0].abs().sum() > 0, same
+    print(f"
+ds_chunks={chunks} ({spec_name}): {len(calls)} chunks, dQ, dK, dV bit-identical {same}")
+
+
 @pytest.mark.parametrize("bn", [64, 32])
 def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     """The sm_90 Gluon dQ kernel (attention_bwd_gluon.dq, launch option "gluon_dq", key sub-tiles of bn)

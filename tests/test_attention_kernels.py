@@ -149,6 +149,9 @@ def test_backward_ds_out_option():
     for bad in (True, -1, 1.5, "4G"):
         with pytest.raises(ValueError, match=r"backward config ds_out=.*: allowed a workspace budget in bytes"):
             attention_bwd.backward(*args, config={**cfg, "ds_out": bad})
+    for bad in (True, 0, -2, 2.0, "2"):
+        with pytest.raises(ValueError, match=r"backward config ds_chunks=.*: allowed an int >= 1"):
+            attention_bwd.backward(*args, config={**cfg, "ds_out": attention_bwd.DS_OUT_BUDGET, "ds_chunks": bad})
     assert attention_bwd_gluon.ds_buffer_bytes(8192) == 8192 ** 2 + 128 * 8192
     head = attention_bwd_gluon.ds_buffer_bytes(8192)
     assert attention_bwd.ds_out_heads(4 * head, 2, 8192) == 2  # two query heads a K / V head
@@ -188,13 +191,18 @@ def test_ds_out_chunks_and_a_full_device(monkeypatch):
         assert attention_bwd.ds_workspace(3, 256, "cpu") is None
 
 
-@pytest.mark.parametrize("heads_per_chunk,want_chunks", [(4, [range(0, 4)]), (3, [range(0, 2), range(2, 4)]),
-                                                          (1, [range(i, i + 1) for i in range(4)])])
-def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypatch):
+@pytest.mark.parametrize("heads_per_chunk,chunks,want_chunks,buffers", [
+    (4, 1, [range(0, 4)], 1), (3, 1, [range(0, 2), range(2, 4)], 1), (1, 1, [range(i, i + 1) for i in range(4)], 1),
+    # ds_chunks: two buffers, each at most half the budget, at least that many chunks
+    (4, 2, [range(0, 2), range(2, 4)], 2), (4, 4, [range(i, i + 1) for i in range(4)], 2),
+    (3, 2, [range(i, i + 1) for i in range(4)], 2), (1, 2, [range(i, i + 1) for i in range(4)], 1)])
+def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, buffers, monkeypatch):
     """The backward's host side of ds_out (its kernels are sm_90 only; here they are stand-ins that record their calls
-    and mark their rows): under a budget of `heads_per_chunk` K / V heads, each chunk's dK/dV launch fills one reused
-    buffer of that many heads' query heads and its dQ-from-dS launch reads it for the same flat query heads into one
-    dQ; dK and dV come back as the tensors the launches wrote. B = 2 × Hkv = 2 K / V heads, GQA 2."""
+    and mark their rows): under a budget of `heads_per_chunk` K / V heads, each chunk's dK/dV launch fills a buffer
+    of that many heads' query heads and its dQ-from-dS launch reads it for the same flat query heads into one dQ; dK
+    and dV come back as the tensors the launches wrote. With ds_chunks = n >= 2 the chunks take two buffers in turn,
+    each at most half the budget (one buffer where not even two heads fit: the chunks one after the other). B = 2 ×
+    Hkv = 2 K / V heads, GQA 2. (On the CPU there is no side stream: the launches' order is the one-stream order.)"""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 
     spec = AttentionSpec.parse("fp8")
@@ -227,12 +235,15 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, want_chunks, monkeypat
     monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
     one_head = g * attention_bwd_gluon.ds_buffer_bytes(seq)
     config = {"num_warps": 4, "num_stages": 1, "pre": True, "gluon": True, "ws_dkdv": True, "bn": 64, "sub": 32,
-              "dq": "kernel", "ds_out": heads_per_chunk * one_head}
+              "dq": "kernel", "ds_out": heads_per_chunk * one_head, "ds_chunks": chunks}
     dq, dk, dv = attention_bwd.backward(*args, config=config)
     want = [call for kv in want_chunks for call in (("dkdv", kv), ("dq", range(kv.start * g, kv.stop * g)))]
     assert [c[:2] for c in calls] == want, calls
     size = len(want_chunks[0]) * g * attention_bwd_gluon.ds_buffer_bytes(seq) // 2  # bf16 elements
-    assert {c[2] for c in calls} == {calls[0][2]} and all(c[3] == size for c in calls if c[0] == "dkdv")
+    assert all(c[3] == size for c in calls if c[0] == "dkdv")
+    filled = [c[2] for c in calls if c[0] == "dkdv"]
+    assert len(set(filled)) == buffers and filled == [filled[i % buffers] for i in range(len(filled))], calls
+    assert [c[2] for c in calls if c[0] == "dq"] == filled  # each chunk's dQ reads the buffer its dK/dV filled
     assert torch.equal(dk.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
     assert torch.equal(dv.view(b * hkv, -1)[:, 0], -torch.arange(1, b * hkv + 1, dtype=dv.dtype))
     assert torch.equal(dq.view(b * hq, -1)[:, 0], 10 * torch.arange(1, b * hq + 1, dtype=dq.dtype))
