@@ -536,8 +536,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                          f"off)")
     if isinstance(ds_chunks, bool) or not isinstance(ds_chunks, int) or ds_chunks < 1:
         raise ValueError(f"backward config ds_chunks={ds_chunks!r}: allowed an int >= 1 (1: the chunks the ds_out "
-                         f"budget needs, one after the other; n >= 2: at least n chunks in two buffers, each chunk's dQ "
-                         f"beside the next chunk's dK/dV kernel)")
+                         f"budget needs, one after the other; n >= 2: at least n chunks in two buffers, each chunk's "
+                         f"dQ beside the next chunk's dK/dV kernel)")
     if fp8_dq and (dq_mode == "atomic" or not (spec.qk == "fp8" and spec.fp8_dv and spec.ds == "bf16")):
         raise ValueError(f"backward config fp8_dq=True: the dQ product in FP8 under bound scales needs fp8 qk, pv and "
                          f"do with ds=bf16 (the spec is {spec}) and dq='kernel' (dq={dq_mode!r})")

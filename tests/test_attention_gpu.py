@@ -718,8 +718,7 @@ def test_gpu_ds_chunks_overlap_keeps_the_bits(spec_name, chunks, monkeypatch):
         assert len(calls) >= chunks, calls
         same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
         assert all(same) and got[0].abs().sum() > 0, same
-    print(f"
-ds_chunks={chunks} ({spec_name}): {len(calls)} chunks, dQ, dK, dV bit-identical {same}")
+    print(f"\nds_chunks={chunks} ({spec_name}): {len(calls)} chunks, dQ, dK, dV bit-identical {same}")
 
 
 @pytest.mark.parametrize("bn", [64, 32])

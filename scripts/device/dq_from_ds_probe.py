@@ -55,6 +55,43 @@ def _name(variant) -> str:
     return f"{'tma' if tma else 'loads'}{' pairs' if pairs else ''} {warps} warps × {stages} stages"
 
 
+def _probe_buffer(fp8: bool, variants: list, rounds: int, seq: int) -> None:
+    """One dS buffer: its copy rate, each variant's dQ against the default launch's bits, then the variants' times
+    in turn for `rounds` rounds."""
+    b, h, d = 32768 // seq, 16, 128
+    buf, kbf, kbbf, rho = _inputs(b, h, seq, d, fp8)
+    gb = buf.numel() * buf.element_size() / 1e9
+    dst = torch.empty_like(buf)
+    ms = _ms(lambda: dst.copy_(buf))
+    kind = "fp8" if fp8 else "bf16"
+    print(f"{torch.cuda.get_device_name()}: {kind} dS buffer {gb:.2f} GB at S = {seq}; a copy of it {ms:.3f} ms "
+          f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
+    dst = None  # its memory back before the kernel runs
+
+    def call():
+        return dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1, rho=rho)
+
+    _launch(variants[0])
+    want = call()
+    for variant in variants[1:]:
+        _launch(variant)
+        got = call()
+        same = torch.equal(got.view(torch.int16), want.view(torch.int16))
+        print(f"  {kind} {_name(variant)}: dQ bit-identical to the default: {same}"
+              + ("" if same else f" (max |diff| {(got.float() - want.float()).abs().max().item():.3g})"),
+              flush=True)
+    times: dict = {v: [] for v in variants}
+    for _ in range(rounds):
+        for variant in variants:
+            _launch(variant)
+            times[variant].append(_ms(call))
+    for variant, ms in times.items():
+        med = statistics.median(ms)
+        print(f"  {kind} dq_from_ds {_name(variant)}: {med:.3f} ms "
+              f"(rounds {', '.join(f'{m:.3f}' for m in ms)}; {gb / med:.2f} TB/s of dS)", flush=True)
+    _launch(VARIANTS[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -65,41 +102,9 @@ def main() -> None:
     args = ap.parse_args()
     variants = VARIANTS if args.variants is None else [VARIANTS[0]] + [
         VARIANTS[int(i)] for i in args.variants.split(",") if int(i) != 0]
-    b, h, seq, d = 32768 // args.seq, 16, args.seq, 128
-    for fp8 in [kind == "fp8" for kind in args.buffers.split(",")]:
-        buf, kbf, kbbf, rho = _inputs(b, h, seq, d, fp8)
-        gb = buf.numel() * buf.element_size() / 1e9
-        dst = torch.empty_like(buf)
-        ms = _ms(lambda: dst.copy_(buf))
-        kind = "fp8" if fp8 else "bf16"
-        print(f"{torch.cuda.get_device_name()}: {kind} dS buffer {gb:.2f} GB at S = {seq}; a copy of it {ms:.3f} ms "
-              f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
-        dst = None  # its memory back before the kernel runs
-
-        def call():
-            return dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1, rho=rho)
-
-        _launch(variants[0])
-        want = call()
-        for variant in variants[1:]:
-            _launch(variant)
-            got = call()
-            same = torch.equal(got.view(torch.int16), want.view(torch.int16))
-            print(f"  {kind} {_name(variant)}: dQ bit-identical to the default: {same}"
-                  + ("" if same else f" (max |diff| {(got.float() - want.float()).abs().max().item():.3g})"),
-                  flush=True)
-        times: dict = {v: [] for v in variants}
-        for _ in range(args.rounds):
-            for variant in variants:
-                _launch(variant)
-                times[variant].append(_ms(call))
-        for variant, ms in times.items():
-            med = statistics.median(ms)
-            print(f"  {kind} dq_from_ds {_name(variant)}: {med:.3f} ms "
-                  f"(rounds {', '.join(f'{m:.3f}' for m in ms)}; {gb / med:.2f} TB/s of dS)", flush=True)
-        _launch(VARIANTS[0])
-        del buf, kbf, kbbf, rho, want
-        torch.cuda.empty_cache()
+    for kind in args.buffers.split(","):
+        _probe_buffer(kind == "fp8", variants, args.rounds, args.seq)
+        torch.cuda.empty_cache()  # the buffer's memory back before the next one
 
 
 if __name__ == "__main__":
