@@ -745,20 +745,18 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs,
     read = [None] * len(bufs)  # per buffer: the event after the last dq_from_ds that read it
     for i, h0 in enumerate(range(0, b * hkv, heads)):
         kv = range(h0, min(h0 + heads, b * hkv))
-        buf = bufs[i % len(bufs)]
-        if read[i % len(bufs)] is not None:
-            main.wait_event(read[i % len(bufs)])
-        attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=buf, heads=kv, out=out)
-        if side is None:
-            dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
-                       rho=rho)
-            continue
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            dq_from_ds(buf, copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g), out=dq,
-                       rho=rho)
-            read[i % len(bufs)] = torch.cuda.Event()
-            read[i % len(bufs)].record(side)
+        slot = i % len(bufs)
+        if read[slot] is not None:
+            main.wait_event(read[slot])
+        attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=bufs[slot], heads=kv, out=out)
+        if side is not None:
+            side.wait_stream(main)
+        with torch.cuda.stream(side):  # a no-op for None
+            dq_from_ds(bufs[slot], copies[2], copies[3], b, hq, seq, sm_scale, heads=range(kv.start * g, kv.stop * g),
+                       out=dq, rho=rho)
+        if side is not None:
+            read[slot] = torch.cuda.Event()
+            read[slot].record(side)
     if side is not None:  # dQ and everything side read are the caller's stream's again
         main.wait_stream(side)
     return dq

@@ -97,6 +97,16 @@ if HAS_TRITON:
             return tl.load(K + (bhk.to(tl.int64) * S + kb * BN + offs_k[:, None]) * D + offs_d[None, :])
 
     @triton.jit
+    def _store_dq(acc, RHO, DQ, rows, offs_d, sm_scale, D: tl.constexpr, FP8: tl.constexpr):
+        """dQ's rows `rows` (flat, [B·Hq·S]) in bf16: the fp32 sums × sm_scale, and × ρ per query where the tiles hold
+        dS·s_k/ρ (an fp8 buffer)."""
+        if FP8:
+            acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]
+        else:
+            acc = acc * sm_scale
+        tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+
+    @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
                            BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr,
                            TMA: tl.constexpr = False):
@@ -121,12 +131,7 @@ if HAS_TRITON:
             a = tl.where((first + offs_q)[:, None] >= kb * BN, a, tl.zeros_like(a))
             kt = _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, TMA)
             acc = mma(a, kt, INTERP, acc)  # fp32 sums
-        rows = bh.to(tl.int64) * S + first + offs_q
-        if FP8:  # the tiles hold dS·s_k/ρ: ρ per query back on the sums
-            acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]
-        else:
-            acc = acc * sm_scale
-        tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+        _store_dq(acc, RHO, DQ, bh.to(tl.int64) * S + first + offs_q, offs_d, sm_scale, D, FP8)
 
 
     @triton.jit
@@ -169,8 +174,8 @@ if HAS_TRITON:
             acc = mma(a, _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
         for kb in range(n_off, n_a):  # block q0's diagonal token block: per-token K for its rows, the copy for q0 + 1's
             a = _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB, BN, FP8)
-            a = tl.where((first + offs_q2)[:, None] >= kb * BN, a, tl.zeros_like(a))
             zero = tl.zeros_like(a)
+            a = tl.where((first + offs_q2)[:, None] >= kb * BN, a, zero)
             acc = mma(tl.where(in_a, a, zero), _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
             acc = mma(tl.where(in_a, zero, a), _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP,
                       acc)
@@ -178,12 +183,7 @@ if HAS_TRITON:
             a = _pair_operand(Y, tile_a, tile_b, kb, offs_k, offs_q2, QB, BN, FP8)
             a = tl.where(((first + offs_q2)[:, None] >= kb * BN) & ~in_a, a, tl.zeros_like(a))
             acc = mma(a, _k_tile(KBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, False), INTERP, acc)
-        rows = bh.to(tl.int64) * S + first + offs_q2
-        if FP8:
-            acc = acc * (tl.load(RHO + rows) * sm_scale)[:, None]
-        else:
-            acc = acc * sm_scale
-        tl.store(DQ + rows[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16))
+        _store_dq(acc, RHO, DQ, bh.to(tl.int64) * S + first + offs_q2, offs_d, sm_scale, D, FP8)
 
 
 _LAUNCH = Relaunch(_dq_from_ds_kernel) if HAS_TRITON else None
@@ -225,15 +225,13 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     heads = range(b * hq) if heads is None else heads
     if out is None:
         out = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=ds.device)
-    if PAIRS and not TMA and seq % (2 * QB) == 0:
-        _PAIRS_LAUNCH((seq // (2 * QB), len(heads)),
-                      (ds, kbf, kbbf, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-                      dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET),
-                      dict(num_warps=WARPS, num_stages=STAGES))
-        return out
+    if PAIRS and not TMA and seq % (2 * QB) == 0:  # two query blocks a program (the thread loads only)
+        launch, rows, kernel_options = _PAIRS_LAUNCH, 2 * QB, {}
+    else:
+        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA}
     y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
-    _LAUNCH((seq // QB, len(heads)),
-            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
-            dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET, TMA=TMA),
-            dict(num_warps=WARPS, num_stages=STAGES))
+    launch((seq // rows, len(heads)),
+           (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
+           dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET, **kernel_options),
+           dict(num_warps=WARPS, num_stages=STAGES))
     return out
