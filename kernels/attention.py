@@ -21,6 +21,7 @@ tests can show they catch a leak; never train with it.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -102,9 +103,12 @@ class _FlamiaAttention(torch.autograd.Function):
         if not needs_grad:
             return o
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)
-        # The per-token bytes only: the backward re-derives the off-diagonal copies from them.
+        # The per-token bytes only: the backward re-derives the off-diagonal copies from them. K's copy's block
+        # scales (S / 128 floats a head) too, so that the ws dK/dV kernel can re-quantize the copy from the rows it
+        # holds (launch option fold_k) without a pass over K for the amax.
+        kbs = ops.k.off.scale if safeguards and ops.k.off is not None and doc_ids is None else None
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,
-                              o_saved.vals, o_saved.scale, *(doc or (None,) * 3), lse2, moff)
+                              o_saved.vals, o_saved.scale, *(doc or (None,) * 3), kbs, lse2, moff)
         ctx.cfg = (spec, causal, safeguards, sm_scale)
         return o
 
@@ -112,13 +116,15 @@ class _FlamiaAttention(torch.autograd.Function):
     def backward(ctx, grad_o):
         from . import attention_bwd
 
-        qv, qs, kv, ks, vtv, vs, ov, os_, *doc, lse2, moff = ctx.saved_tensors
+        qv, qs, kv, ks, vtv, vs, ov, os_, *doc, kbs, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
         k_op, v_op = Operand(kv, ks), Operand(vtv, vs, vals_t=vtv)
         if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them, deferred: on the
             # fast path (`pre`) the copies pass re-quantizes them where it reads K's and V's bytes anyway
             attach_off_diagonal(k_op, v_op, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True, defer_v=True,
                                 defer_k=True)
+            if kbs is not None and k_op.off is not None and k_op.off.deferred:  # still deferred: the scales known
+                k_op.off = replace(k_op.off, scale=kbs)
         if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O (and, for the FP8
             # dV product, the bytes K-major)
             do8, sdo, delta, *do8t = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_, transposed=spec.fp8_dv)

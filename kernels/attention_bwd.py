@@ -419,7 +419,7 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
-                "dq_stream": "high", "ds_out": ds_out_budget()}
+                "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": True}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
@@ -501,6 +501,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Session 29
     (not yet timed on a GPU): `dq_from_ds` is bound by reading the buffer, the dK/dV kernel by its products and
     shared memory, and one program of each fits an SM beside the other.
+    "fold_k" (the fast path's default; where ds_out runs over a bf16 buffer with K's copy deferred and its block scales saved,
+    as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds` (KBF, KBBF) and
+    re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so the copies pass
+    skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -524,6 +528,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     dq_stream = config.pop("dq_stream", None)
     ds_out = config.pop("ds_out", 0)
     ds_chunks = config.pop("ds_chunks", 1)
+    fold_k = config.pop("fold_k", False)
+    if not isinstance(fold_k, bool):
+        raise ValueError(f"backward config fold_k={fold_k!r}: allowed True (K's backward copies made by the ws dK/dV "
+                         f"kernel where ds_out runs over a bf16 buffer) or False (by the copies pass)")
     if not isinstance(fp8_dq, bool):
         raise ValueError(f"backward config fp8_dq={fp8_dq!r}: allowed True (dQ as an FP8 product under per-query "
                          f"bound scales) or False (dS in the spec's ds format); default: the spec's dsk ({spec.dsk})")
@@ -602,12 +610,15 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         ds_buf = None if any(x is None for x in ds_buf) else ds_buf
         ds_heads = ds_heads if ds_buf is not None else 0
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
+    # fold_k where it applies: the bf16 dS buffer's backward with K's copy deferred and its block scales saved
+    fold_k = (fold_k and pre and bool(ds_heads) and not fp8_dq and k.off is not None and k.off.deferred
+              and k.off.scale is not None)
     if pre:
         qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
-                                                           k_t=bool(ds_heads) and fp8_dq)
+                                                           k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k)
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
-        if k.off is not None and k.off.deferred:  # re-quantized by the copies
+        if k.off is not None and k.off.deferred and not fold_k:  # re-quantized by the copies
             k = replace(k, off=replace(k.off, vals=kb, scale=kbs))
     else:
         qb = kbf = kbbf = vr = vbr = moff  # unread without PRE
@@ -652,7 +663,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal) if fp8_dq else None
                 overlap = _side_stream(q.vals.device, "high") if len(ds_buf) > 1 and q.vals.is_cuda else None
                 dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho,
-                                          overlap)
+                                          overlap, fold_k)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
@@ -728,7 +739,7 @@ def ds_workspace(heads: int, seq: int, device, fp8: bool = False) -> torch.Tenso
 
 
 def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs, heads: int, out, rho=None,
-                         side=None):
+                         side=None, fold_k: bool = False):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
     the ws dK/dV kernel fills a dS buffer of `bufs` (`ds_workspace`, used in turn) and `dq_from_ds` reads it. One
     buffer: the two one after the other on this stream, so the buffer never holds more than the budget. Two (launch
@@ -736,7 +747,9 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs,
     done, beside the next chunk's dK/dV kernel on this stream — a memory-bound kernel next to one bound by its
     products — and a chunk's dK/dV kernel waits for the `dq_from_ds` that last read its buffer; this stream waits
     for `side` before returning. The same launches with the same inputs, so the same bits. rho (an fp8 buffer, with
-    fp8_dq): the queries' scales of `dq_from_ds`' FP8 product, whose K operands copies' KBF, KBBF then are."""
+    fp8_dq): the queries' scales of `dq_from_ds`' FP8 product, whose K operands copies' KBF, KBBF then are.
+    fold_k: each chunk's dK/dV kernel writes its heads' KBF, KBBF (`attention_dkdv_ws.dkdv(fold_k=True)`) before
+    that chunk's `dq_from_ds` reads them."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
@@ -748,7 +761,8 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs,
         slot = i % len(bufs)
         if read[slot] is not None:
             main.wait_event(read[slot])
-        attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=bufs[slot], heads=kv, out=out)
+        attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=bufs[slot], heads=kv, out=out,
+                               fold_k=fold_k)
         if side is not None:
             side.wait_stream(main)
         with torch.cuda.stream(side):  # a no-op for None

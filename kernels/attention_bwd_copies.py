@@ -243,7 +243,8 @@ def _rows_per_program(seq: int) -> int:
     return next(r for r in (128, 64, 32, 16, 8, 4, 2, 1) if seq % r == 0)
 
 
-def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None, k_t: bool = False):
+def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None, k_t: bool = False,
+                fold_k: bool = False):
     """(QB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
     Operands as `attention_bwd.backward` takes them; KBBF / VBR are KBF / VR without the token-block copies.
     VBS: V's block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows
@@ -251,7 +252,10 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     where it is deferred re-quantized here (None without the copy). stats: a `query_stats` buffer to fill.
     k_t (an FP8 dQ product: launch options ds_out with fp8_dq): KBF and KBBF are K's and its copy's E4M3 bytes
     K-major, [B, Hkv, D, S] with the tokens of each 16 in the fp8 dS buffer's key order
-    (`attention_bwd_gluon.DS_KEY_ORDER`), in place of the bf16 rows that product does not read."""
+    (`attention_bwd_gluon.DS_KEY_ORDER`), in place of the bf16 rows that product does not read.
+    fold_k (launch option fold_k of `attention_bwd.backward`): K's half is not run — the ws dK/dV kernel writes KBF
+    and KBBF into the buffers returned here and derives K's deferred copy itself (`attention_dkdv_ws._fold_k_copy`)
+    — so KB is None and KBS k.off.scale, the block scales the forward saved."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)
@@ -263,7 +267,10 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     # where the block is a power of two; else the separate pass computes it first
     k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
             materialize_off_diagonal(op, QZ) for op in (k, v))
-    k_req = k.off is not None and k.off.deferred
+    if fold_k and (k_t or k.off is None or not k.off.deferred or k.off.scale is None):
+        raise ValueError("bf16_copies(fold_k=True): K's token-block copy must be deferred with its block scales "
+                         "given (k.off.scale), and KBF, KBBF bf16 rows (k_t=False)")
+    k_req = k.off is not None and k.off.deferred and not fold_k
     v_req = v.off is not None and v.off.deferred
     if k_req or v_req:
         rows = (k.off if k_req else v.off).block
@@ -300,8 +307,8 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                 vr.view(torch.uint8), vbr.view(torch.uint8), vbs, seq)
     flags = dict(D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req, V_OFF=v.off is not None, V_REQ=v_req,
                  TINY=FP8_TINY, K_T=k_t)
-    if KEY_COPIES_SPLIT:  # K's and V's halves as two launches, each at its own warps
-        for part, do_k in (("k", True), ("v", False)):
+    if KEY_COPIES_SPLIT or fold_k:  # K's and V's halves as two launches, each at its own warps
+        for part, do_k in (("k", True), ("v", False))[fold_k:]:
             _KEY_COPIES_LAUNCH((seq // rows, b * hkv), key_args, dict(**flags, DO_K=do_k, DO_V=not do_k),
                                dict(num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part]))
     else:

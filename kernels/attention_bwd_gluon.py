@@ -708,7 +708,8 @@ def descriptors(q, k, do, qb, dot, vr, vbr, stats):
     plain = _PLAIN_STATS_LAYOUT
     st = TensorDescriptor.from_tensor(stats.reshape(-1, stats.shape[-1]), [STATS_ROWS, BM], plain)
     return (desc(q.vals, BM, f8), desc(do.vals, BM, f8), desc(qb, BM, bf), _cols_desc(dot, BM, f8),
-            desc(k.vals, BN, f8), desc(k.off.vals, BN, f8), desc(vr, BN, f8), desc(vbr, BN, f8), st)
+            desc(k.vals, BN, f8), desc(k.vals if k.off.vals is None else k.off.vals, BN, f8), desc(vr, BN, f8),
+            desc(vbr, BN, f8), st)  # a deferred K copy: derived in the ws dK/dV kernel (fold_k), its descriptor unread
 
 
 # Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers

@@ -45,6 +45,7 @@ if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
         mbarrier,
         tma,
     )
@@ -60,6 +61,7 @@ if HAS_GLUON:
         _row_scales,
         _store_dkdv,
     )
+    from .attention_fwd_gluon import _store_e4m3
 
 BN, BM, TB = fused.BN, fused.BM, fused.TB
 # ring stages: four since the dV product is FP8 (a stage 20.6 KB: Q8, dO8, dO8ᵀ, QB, statistics; two programs per SM
@@ -85,7 +87,7 @@ if HAS_GLUON:
     @gluon.jit
     def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0,
                   BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                  STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr):
+                  STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr, FOLD_K: gl.constexpr):
         """Every TMA copy of the program, in the consumer's order (`_consumer`)."""
         k_desc, kb_desc, vr_desc, vbr_desc = kv_descs
         first = gl.program_id(0) * BN
@@ -101,10 +103,14 @@ if HAS_GLUON:
             for j in range(n_diag):
                 _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, FP8_DK)
                 c += 1
-        # the token-block copies replace the per-token rows once no product reads those
+        # the token-block copies replace the per-token rows once no product reads those (FOLD_K: K's copy is
+        # re-quantized in place by the consumer, `_fold_k_copy`)
         mbarrier.wait(kv_free, 0)
-        mbarrier.expect(kv_ready, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_ready, k_s)
+        if FOLD_K:
+            mbarrier.expect(kv_ready, vbr_desc.block_type.nbytes)
+        else:
+            mbarrier.expect(kv_ready, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_ready, k_s)
         tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_ready, v_s)
         lo0 = (t + 1) * TB
         for g in range(G):
@@ -114,6 +120,42 @@ if HAS_GLUON:
                 c += 1
 
     @gluon.jit
+    def _store_k_rows_bf16(k_s, X, bhk, S, first, L: gl.constexpr):
+        """FOLD_K: the E4M3 rows in k_s as bf16 (exact) to X [B·Hkv·S, D] at the program's keys: the dQ product's B
+        operand (`attention_bwd_copies`' KBF from K's per-token bytes, KBBF from its token-block copy's)."""
+        BN: gl.constexpr = k_s.shape[0]
+        D: gl.constexpr = k_s.shape[1]
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, L))
+        rows = (bhk.to(gl.int64) * S + offs_r.to(gl.int64))[:, None] * D + offs_d[None, :]
+        gl.store(X + rows, k_s.load(L).to(gl.bfloat16))
+
+    @gluon.jit
+    def _fold_k_copy(k_s, KS, KBF, KBBF, kbs, bhk, S, first, L: gl.constexpr):
+        """FOLD_K, once every product on K's per-token rows has retired: those rows as bf16 to KBF, then re-quantized
+        in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel` (K_REQ) writes KB from the
+        same bytes — x = E4M3 value · s_k per element, x / kbs by `quantize._div_by_shared`'s division (one IEEE
+        reciprocal, Markstein's correction), the hardware's E4M3 bytes with the NaN fix where kbs is not finite
+        (`_store_e4m3`) — and the copy's rows as bf16 to KBBF (`_store_k_rows_bf16`). kbs: the block's scale the
+        forward computed and saved (`attention.py`), from the amax of those same values. Each thread re-reads the
+        places it wrote; the barrier orders every warp's bytes before the next products read k_s."""
+        BN: gl.constexpr = k_s.shape[0]
+        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, L))
+        ks = gl.load(KS + bhk.to(gl.int64) * S + offs_r)
+        _store_k_rows_bf16(k_s, KBF, bhk, S, first, L)
+        x = k_s.load(L).to(gl.float32) * ks[:, None]
+        rcp = gl.div_rn(1.0, kbs)
+        rem_scale = gl.where(rcp == 0.0, 0.0, kbs)  # x / Inf = ±0 (see `quantize._div_by_shared`)
+        q0 = x * rcp
+        one = gl.full(x.shape, 1.0, gl.float32, L)  # the scalars as tiles (fma does not broadcast), exactly
+        rem = gl.fma(q0, one * rem_scale, x * -1.0)  # negated: keeps -0
+        v = gl.fma(rem, one * (rcp * -1.0), q0)  # -rcp by a product: -0 where rcp = +0 (0 - rcp would give +0)
+        _store_e4m3(k_s, v, kbs < float("inf"))  # a NaN or infinite kbs: some quotient may be NaN
+        _store_k_rows_bf16(k_s, KBBF, bhk, S, first, L)
+        fence_async_shared()  # the generic-proxy stores, seen by the products (async proxy)
+        gl.thread_barrier()
+
+    @gluon.jit
     def _ds_base(y_s, y_desc, g, G, S):
         """`_ds_place`'s base for query head g of this program's K / V head: the buffer holds this launch's query heads
         only, n_qb(n_qb + 1) tiles each, and the program's key block picks its tile in each query block's row."""
@@ -121,9 +163,10 @@ if HAS_GLUON:
         return y_s, y_desc, (gl.program_id(1) * G + g) * (n_qb * (n_qb + 1)) + gl.program_id(0)
 
     @gluon.jit
-    def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, qk_scale,
-                  sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
-                  TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr):
+    def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, KBF, KBBF,
+                  qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
+                  TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr,
+                  FOLD_K: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -152,6 +195,10 @@ if HAS_GLUON:
             dk = gl.zeros([BN, D], gl.float32, O_L)
         dv = gl.zeros([BN, D], gl.float32, O8_L)
         zero = gl.zeros([BN, BM], gl.float32, S_L)
+        # FOLD_K's [BN, D] K rows: 16 consecutive bytes of a row a thread (one 16-byte vector of the swizzled shared
+        # tile, two of a bf16 row in global memory)
+        K_L: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8], warps_per_cta=[NW, 1],
+                                             order=[1, 0])
         mbarrier.wait(kv_ready, 0)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
@@ -172,6 +219,8 @@ if HAS_GLUON:
         # off the diagonal: the token-block copies
         kbs = gl.load(KBS + rb)
         vbs = gl.load(VBS + rb)
+        if FOLD_K:  # K's copy from its per-token rows, while the producer's TMA brings V's
+            _fold_k_copy(k_s, KS, KBF, KBBF, kbs, bhk, S, first, K_L)
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):
@@ -187,10 +236,11 @@ if HAS_GLUON:
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, SIG, DK, DV, qk_scale, sm_scale, S, G, y_desc, BH0, D: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, KBF, KBBF, qk_scale, sm_scale, S, G, y_desc, BH0, D: gl.constexpr,
                         BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False):
+                        PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False,
+                        FOLD_K: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         if DS_OUT:  # two tiles of dS·s_k on their way to the dS buffer (`_store_ds`)
@@ -209,10 +259,11 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT)),
+                         KBF, KBBF, qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT,
+                         FOLD_K)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0, BN, BM, TB,
-                         STAGES, STATS_ROWS, FP8_DK))],
+                         STAGES, STATS_ROWS, FP8_DK, FOLD_K))],
             [1], [PRODUCER_REGS])
 
 
@@ -225,15 +276,22 @@ def constexprs() -> dict:
 
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
-def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None, heads=None, out=None):
+def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None, heads=None, out=None,
+         fold_k: bool = False):
     """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
     fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB. ds_out (launch option ds_out): the
     dS buffer (`attention_bwd_gluon.ds_buffer`) of the query heads of `heads`, filled for `dq_from_ds`; heads: the
-    flat K / V heads (b·Hkv + h) range this launch covers (all by default), out: (dK, dV) to write them into."""
+    flat K / V heads (b·Hkv + h) range this launch covers (all by default), out: (dK, dV) to write them into.
+    fold_k (launch option fold_k): K's token-block copy is deferred with its block scales known (k.off.scale, saved
+    by the forward), and this kernel derives it from K's per-token rows in shared memory and writes copies' KBF and
+    KBBF itself (`_fold_k_copy`), which the copies pass then skips (`bf16_copies(fold_k=True)`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    qb, dot, _, _, vr, vbr = copies
+    qb, dot, kbf, kbbf, vr, vbr = copies
+    if fold_k and (k.off is None or not k.off.deferred or k.off.scale is None or kbf.dtype != torch.bfloat16):
+        raise ValueError("dkdv(fold_k=True): K's token-block copy must be deferred with its block scales given "
+                         "(k.off.scale) and copies' KBF, KBBF bf16 rows to fill")
     heads = range(b * hkv) if heads is None else heads
     if out is None:
         dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
@@ -248,9 +306,9 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     y_desc = descs[2] if ds_out is None else fused.ds_descriptor(ds_out, BN, BM)  # unread without ds_out
     _LAUNCH(
         (seq // BN, len(heads)),
-        (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, sm_scale * 1.4426950408889634,
-         sm_scale, seq, hq // hkv, y_desc, heads.start),
-        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None),
+        (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, kbf if fold_k else dk,
+         kbbf if fold_k else dk, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, y_desc, heads.start),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None, FOLD_K=fold_k),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

@@ -282,12 +282,13 @@ def _gluon_backward_operands(G):
     return rows, q, do, k, seq
 
 
-def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False, ds_fp8: bool = False) -> dict:
+def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False, ds_fp8: bool = False,
+                      fold_k: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's); fp8_dk (ws only): with its dK product in FP8 (launch
     option fp8_dk, against Q8ᵀ); ds_out (ws only): storing dS for `dq_from_ds` (launch option ds_out), ds_fp8 in E4M3
-    (with launch option fp8_dq)."""
+    (with launch option fp8_dq); fold_k (ws only): K's backward copies made in the kernel (launch option fold_k)."""
     import torch
     from triton.runtime.jit import mangle_type
 
@@ -310,15 +311,17 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
 
         descs[2] = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BM, gl.float8e4nv)  # Q8ᵀ
         consts = {**consts, "FP8_DK": True}
-    kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16", "*bf16", "fp32", "fp32", "i32", "i32"]
+    # KS, KBS, VS, VBS, TAU (and SIG), dK, dV (and KBF, KBBF), the scales, S, G
+    kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16"] * (4 if ws else 2) + ["fp32", "fp32", "i32", "i32"]
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu", ds_fp8), G.BN, G.BM) if ds_out else descs[2]
         kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
-        consts = {**consts, "DS_OUT": ds_out}
+        consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
-            + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else "") + (":fp8" if ds_out and ds_fp8 else ""),
+            + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else "") + (":fp8" if ds_out and ds_fp8 else "")
+            + (":foldk" if fold_k else ""),
             **ptxas_report(ptx), "mma": mma_kinds(ptx), "loop_spills": loop_spills(ptx)}
 
 
@@ -431,7 +434,8 @@ def main(argv=None) -> int:
                 if ws:
                     reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False),
                                 (gluon_dkdv_report(True, ds_out=True), False),
-                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False)]
+                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False),
+                                (gluon_dkdv_report(True, ds_out=True, fold_k=True), False)]
             elif kernel == "dq_from_ds":
                 reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False)]
             elif kernel == "dq_from_ds_pairs":  # option PAIRS at the launches session 29 set up to time

@@ -211,7 +211,9 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, b
     args = backward_args(spec, q, k, v, do)
     calls = []
 
-    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None):
+    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
+             fold_k=False):
+        assert not fold_k  # backward_args' K copy is not deferred
         if ds_out is None:  # the two-kernel backward's call: every head, its own outputs
             calls.append(("dkdv", heads, None, None))
             heads, out = range(b * hkv), (torch.empty_like(k8.vals, dtype=torch.bfloat16),
@@ -258,6 +260,92 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, b
     dq_plain = attention_bwd.backward(*args, config={**config, "ds_out": 0})[0]
     assert torch.equal(dq_full, dq_plain) and dq_full.abs().sum() > 0
     assert torch.equal(dk_full.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
+
+
+def _deferred(k, v):
+    """K and V as the autograd backward gets them: both token-block copies deferred, K's block scales known (saved by
+    the forward)."""
+    from dataclasses import replace
+
+    from flamia_kernels.attention_operands import OffDiagonal
+
+    return (replace(k, off=OffDiagonal(None, k.off.scale, k.off.block)),
+            replace(v, off=OffDiagonal(None, None, v.off.block, v.off.transposed)))
+
+
+def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(monkeypatch):
+    """Launch option fold_k, host side (the ws dK/dV kernel is sm_90 only; here stand-ins): with K's copy deferred and
+    its block scales given, the copies pass runs V's half only, and each chunk's dK/dV launch gets fold_k with the
+    bf16 KBF / KBBF buffers that chunk's `dq_from_ds` then reads. Without the scales, with K's copy present, or
+    without the option, the copies pass runs both halves and the kernel gets fold_k=False; a value other than a
+    bool is refused."""
+    from flamia_kernels import attention_bwd, attention_bwd_copies, attention_bwd_gluon, attention_dkdv_ws
+
+    spec = AttentionSpec.parse("fp8")
+    b, hq, hkv, seq = 1, 2, 2, 256
+    q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
+    args = list(backward_args(spec, q, k, v, do))
+    args[1], args[2] = _deferred(args[1], args[2])
+    seen = []
+
+    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
+             fold_k=False):
+        seen.append(("dkdv", fold_k, copies[2], copies[3], k8.off.vals is None))
+        return out
+
+    def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None, rho=None):
+        seen.append(("dq", kbf, kbbf))
+        return out
+
+    launch = attention_bwd_copies._KEY_COPIES_LAUNCH
+    halves = []
+    monkeypatch.setattr(attention_bwd_copies, "_KEY_COPIES_LAUNCH",
+                        lambda grid, a, consts, opts: halves.append((consts["DO_K"], consts["DO_V"]))
+                        or launch(grid, a, consts, opts))
+    monkeypatch.setattr(attention_bwd_gluon, "eligible", lambda *a, **kw: None)
+    monkeypatch.setattr(attention_dkdv_ws, "dkdv", dkdv)
+    monkeypatch.setattr(attention_bwd, "dq_from_ds", dq_from_ds)
+
+    attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k=True))
+    assert halves == [(False, True)], halves
+    (_, fold, kbf, kbbf, deferred), (_, kbf_read, kbbf_read) = seen
+    assert fold and deferred and kbf.dtype == kbbf.dtype == torch.bfloat16
+    assert kbf.shape == kbbf.shape == (b, hkv, seq, 128) and kbf.data_ptr() != kbbf.data_ptr()
+    assert kbf_read is kbf and kbbf_read is kbbf
+
+    no_scales = list(args)
+    no_scales[1] = _deferred(args[1], args[2])[0]
+    no_scales[1].off.scale = None
+    present = list(backward_args(spec, q, k, v, do))
+    for case, config in ((args, ws_ds_out_launch()), (no_scales, ws_ds_out_launch(fold_k=True)),
+                         (present, ws_ds_out_launch(fold_k=True))):
+        halves.clear(), seen.clear()
+        attention_bwd.backward(*case, config=config)
+        assert halves == [(True, False), (False, True)] and seen[0][1] is False, (halves, seen)
+    with pytest.raises(ValueError, match="fold_k='yes'"):
+        attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k="yes"))
+
+
+@pytest.mark.parametrize("safeguards", [True, False])
+def test_forward_saves_k_block_scales(safeguards):
+    """The autograd forward saves K's token-block scales (launch option fold_k's kbs) where the backward defers K's
+    copy — and they are the scales the backward would re-derive from K's saved per-token bytes (`off_diagonal`) — and
+    none where there is no deferred copy (safeguards off: the leaky copy is the operand itself)."""
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import Operand, off_diagonal
+
+    q, k, v, _ = _inputs(2, 4, 2, 384, 64, seed=71)
+    o = flamia_attention(q, k, v, "fp8", safeguards=safeguards)
+    saved = o.grad_fn.saved_tensors
+    kbs = saved[-3]
+    if not safeguards:
+        assert kbs is None
+        return
+    want = off_diagonal(Operand(saved[2], saved[3]), 128, QZ, False).scale
+    assert kbs.shape == want.shape == (2, 2, 3) and torch.equal(kbs, want) and (kbs > 0).all()
+    docs = torch.zeros(2, 384, dtype=torch.int32)
+    docs[:, 200:] = 1
+    assert flamia_attention(q, k, v, "fp8", doc_ids=docs).grad_fn.saved_tensors[-3] is None
 
 
 @pytest.mark.parametrize("b,hq,hkv,seq,pre", [(2, 4, 2, 384, False), (1, 2, 2, 256, True)])
