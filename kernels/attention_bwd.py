@@ -501,10 +501,11 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Session 29
     (not yet timed on a GPU): `dq_from_ds` is bound by reading the buffer, the dK/dV kernel by its products and
     shared memory, and one program of each fits an SM beside the other.
-    "fold_k" (the fast path's default; where ds_out runs over a bf16 buffer with K's copy deferred and its block scales saved,
-    as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds` (KBF, KBBF) and
-    re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so the copies pass
-    skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits.
+    "fold_k" (the fast path's default; where ds_out runs over a bf16 buffer with K's copy deferred and its block
+    scales saved, as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds`
+    (KBF, KBBF) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so
+    the copies pass skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
+    KBBF); the same bits.
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]

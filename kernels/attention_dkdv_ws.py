@@ -131,19 +131,18 @@ if HAS_GLUON:
         gl.store(X + rows, k_s.load(L).to(gl.bfloat16))
 
     @gluon.jit
-    def _fold_k_copy(k_s, KS, KBF, KBBF, kbs, bhk, S, first, L: gl.constexpr):
+    def _fold_k_copy(k_s, ks, KBF, KBBF, kbs, bhk, S, first, L: gl.constexpr):
         """FOLD_K, once every product on K's per-token rows has retired: those rows as bf16 to KBF, then re-quantized
         in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel` (K_REQ) writes KB from the
         same bytes — x = E4M3 value · s_k per element, x / kbs by `quantize._div_by_shared`'s division (one IEEE
         reciprocal, Markstein's correction), the hardware's E4M3 bytes with the NaN fix where kbs is not finite
         (`_store_e4m3`) — and the copy's rows as bf16 to KBBF (`_store_k_rows_bf16`). kbs: the block's scale the
         forward computed and saved (`attention.py`), from the amax of those same values. Each thread re-reads the
-        places it wrote; the barrier orders every warp's bytes before the next products read k_s."""
-        BN: gl.constexpr = k_s.shape[0]
-        offs_r = first + gl.arange(0, BN, layout=gl.SliceLayout(1, L))
-        ks = gl.load(KS + bhk.to(gl.int64) * S + offs_r)
+        places it wrote; the barrier orders every warp's bytes before the next products read k_s. ks: the rows' scales
+        as the program loaded them (a layout conversion here, not a second read of global memory at this point, where
+        the program waits for it)."""
         _store_k_rows_bf16(k_s, KBF, bhk, S, first, L)
-        x = k_s.load(L).to(gl.float32) * ks[:, None]
+        x = k_s.load(L).to(gl.float32) * gl.convert_layout(ks, gl.SliceLayout(1, L))[:, None]
         rcp = gl.div_rn(1.0, kbs)
         rem_scale = gl.where(rcp == 0.0, 0.0, kbs)  # x / Inf = ±0 (see `quantize._div_by_shared`)
         q0 = x * rcp
@@ -199,6 +198,10 @@ if HAS_GLUON:
         # tile, two of a bf16 row in global memory)
         K_L: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8], warps_per_cta=[NW, 1],
                                              order=[1, 0])
+        if FOLD_K:  # read now, not where the copy is made: one scalar held over the diagonal's sub-tiles
+            kbs_early = gl.load(KBS + rb)
+        else:
+            kbs_early = 0.0  # unread
         mbarrier.wait(kv_ready, 0)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
@@ -217,10 +220,12 @@ if HAS_GLUON:
         mbarrier.arrive(kv_free, count=1)  # every product on the per-token rows has retired
 
         # off the diagonal: the token-block copies
-        kbs = gl.load(KBS + rb)
-        vbs = gl.load(VBS + rb)
         if FOLD_K:  # K's copy from its per-token rows, while the producer's TMA brings V's
-            _fold_k_copy(k_s, KS, KBF, KBBF, kbs, bhk, S, first, K_L)
+            kbs = kbs_early
+            _fold_k_copy(k_s, ks, KBF, KBBF, kbs, bhk, S, first, K_L)
+        else:
+            kbs = gl.load(KBS + rb)
+        vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):

@@ -59,6 +59,10 @@ TMA = False
 # yet timed on a GPU); the same bits. One program an SM (8 warps: 226-228 registers; 16 warps × 2 stages: 128);
 # over the fp8 buffer ptxas serializes its wgmma (C7511; `scripts/kernel_registers.py --kernels dq_from_ds_pairs`)
 PAIRS = False
+# a probe, not a launch: each program multiplies every dS tile by its first K tile, read once, so that the kernel reads
+# the buffer alone — how fast it then runs says whether K's L2 reads (as many bytes as the buffer's) hold it back
+# (session 30). Wrong sums: never set outside scripts/device/dq_from_ds_probe.py
+K_ONCE = False
 
 
 if HAS_TRITON:
@@ -109,7 +113,7 @@ if HAS_TRITON:
     @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
                            BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr,
-                           TMA: tl.constexpr = False):
+                           TMA: tl.constexpr = False, K_ONCE: tl.constexpr = False):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -121,9 +125,13 @@ if HAS_TRITON:
         offs_d = tl.arange(0, D)
         bhk = bh // G
         acc = tl.zeros([QB, D], tl.float32)
+        k_once = _k_tile(KBF, bhk, 0, offs_k, offs_d, S, D, BN, FP8, TMA)  # unread unless K_ONCE
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
-            kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, TMA)
+            if K_ONCE:
+                kt = k_once
+            else:
+                kt = _k_tile(KBBF, bhk, kb, offs_k, offs_d, S, D, BN, FP8, TMA)
             acc = mma(a, kt, INTERP, acc)  # fp32 sums
         for kb in range(n_off, (first + QB) // BN):  # the diagonal token block: per-token K
             a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
@@ -228,7 +236,7 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     if PAIRS and not TMA and seq % (2 * QB) == 0:  # two query blocks a program (the thread loads only)
         launch, rows, kernel_options = _PAIRS_LAUNCH, 2 * QB, {}
     else:
-        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA}
+        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA, "K_ONCE": K_ONCE}
     y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
     launch((seq // rows, len(heads)),
            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),

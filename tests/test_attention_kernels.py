@@ -464,7 +464,9 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     args = backward_args(spec, q, k, v, do)
     seen = {}
 
-    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None):
+    def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
+             fold_k=False):
+        assert not fold_k  # the fp8 dS buffer's backward never folds
         seen.update(buf=ds_out, irho=stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW].clone(), k=k8)
         return out
 
