@@ -498,14 +498,14 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     the caller's stream made to wait for it before this returns; the same bits.
     "ds_chunks" (default 1; with ds_out): n >= 2 splits the K / V heads into at least n chunks in two dS buffers of
     at most half the budget each, used in turn, and runs each chunk's `dq_from_ds` on a high-priority side stream
-    beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Session 29
-    (not yet timed on a GPU): `dq_from_ds` is bound by reading the buffer, the dK/dV kernel by its products and
-    shared memory, and one program of each fits an SM beside the other.
+    beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Built in session
+    29 on the idea that a memory-bound kernel hides beside one bound by its products; timed in session 30 on an H100
+    it made fwd + bwd 2–4% slower at 8k / 16k (a `dq_from_ds` program takes a dK/dV program's place on its SM).
     "fold_k" (the fast path's default; where ds_out runs over a bf16 buffer with K's copy deferred and its block
     scales saved, as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds`
     (KBF, KBBF) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so
     the copies pass skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
-    KBBF); the same bits.
+    KBBF); the same bits. Session 30, H100, 8k: the dK/dV kernel +80 µs, −70 µs of kernels a call (docs/benchmarks.md).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]

@@ -9,7 +9,9 @@ once per row, before the kernels run:
     VR   = V8 rows, VBR = VB8 rows            dP = dO·Vᵀ's B operand: an FP8 wgmma needs it K-major
                                              (D contiguous), the forward stores Vᵀ
 
-and, for the Gluon dK/dV kernel, each query's statistics (`query_stats`). The dV product needs no copy
+and, for the Gluon dK/dV kernel, each query's statistics (`query_stats`). With launch option fold_k (the fast
+path's default over a bf16 dS buffer) the ws dK/dV kernel makes KBF and KBBF itself and K's half is not run.
+The dV product needs no copy
 here: it is an FP8 product on this path (`AttentionSpec.fp8_dv`) whose B operand, dO's bytes K-major,
 dO's pre-pass writes (`quantize.quantize_fp8_per_token_with_delta(transposed=True)`); until session 16 it
 was bf16 against DOB = bf16(dO8 · s_dO · (1/256) / l) from this pass. The values are the ones the

@@ -52,16 +52,19 @@ if HAS_TRITON:
 # forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
 WARPS, STAGES = 8, 3
 # the buffer's tiles and K's blocks read by TMA (host tensor descriptors) instead of each thread's loads: a probe of
-# whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29); the same sums
+# whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29: on an H100
+# no faster, 1.744 ms at 8 warps × 4 stages against 1.753); the same sums
 TMA = False
 # two query blocks a program sharing each K tile (`_dq_from_ds_pairs_kernel`; sequence lengths a multiple of 2·QB): a
-# probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 29: built, not
-# yet timed on a GPU); the same bits. One program an SM (8 warps: 226-228 registers; 16 warps × 2 stages: 128);
+# probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 30, H100, 8k:
+# 2.107 ms against 1.708 — two stages of a pair's tiles are all that fit — and K_ONCE below says K's reads cost 3%);
+# the same bits. One program an SM (8 warps: 226-228 registers; 16 warps × 2 stages: 128);
 # over the fp8 buffer ptxas serializes its wgmma (C7511; `scripts/kernel_registers.py --kernels dq_from_ds_pairs`)
 PAIRS = False
 # a probe, not a launch: each program multiplies every dS tile by its first K tile, read once, so that the kernel reads
 # the buffer alone — how fast it then runs says whether K's L2 reads (as many bytes as the buffer's) hold it back
-# (session 30). Wrong sums: never set outside scripts/device/dq_from_ds_probe.py
+# (session 30, H100, 8k: 1.658 ms against 1.712, 3%: they do not). Wrong sums: never set outside
+# scripts/device/dq_from_ds_probe.py
 K_ONCE = False
 
 
