@@ -136,17 +136,16 @@ if HAS_GLUON:
         gl.store(X + rows, k_s.load(L).to(gl.bfloat16))
 
     @gluon.jit
-    def _fold_k_copy(k_s, ks, KBF, KBBF, kbs, bhk, S, first, L: gl.constexpr):
-        """FOLD_K, once every product on K's per-token rows has retired: those rows as bf16 to KBF, then re-quantized
-        in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel` (K_REQ) writes KB from the
-        same bytes — x = E4M3 value · s_k per element, x / kbs by `quantize._div_by_shared`'s division (one IEEE
-        reciprocal, Markstein's correction), the hardware's E4M3 bytes with the NaN fix where kbs is not finite
-        (`_store_e4m3`) — and the copy's rows as bf16 to KBBF (`_store_k_rows_bf16`). kbs: the block's scale the
-        forward computed and saved (`attention.py`), from the amax of those same values. Each thread re-reads the
-        places it wrote; the barrier orders every warp's bytes before the next products read k_s. ks: the rows' scales
-        as the program loaded them (a layout conversion here, not a second read of global memory at this point, where
-        the program waits for it)."""
-        _store_k_rows_bf16(k_s, KBF, bhk, S, first, L)
+    def _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, L: gl.constexpr):
+        """FOLD_K, once every product on K's per-token rows has retired (their bf16 copy KBF written at the program's
+        start): those rows re-quantized in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel`
+        (K_REQ) writes KB from the same bytes — x = E4M3 value · s_k per element, x / kbs by
+        `quantize._div_by_shared`'s division (one IEEE reciprocal, Markstein's correction), the hardware's E4M3 bytes
+        with the NaN fix where kbs is not finite (`_store_e4m3`) — and the copy's rows as bf16 to KBBF
+        (`_store_k_rows_bf16`). kbs: the block's scale the forward computed and saved (`attention.py`), from the amax
+        of those same values. Each thread re-reads the places it wrote; the barrier orders every warp's bytes before
+        the next products read k_s. ks: the rows' scales as the program loaded them (a layout conversion here, not a
+        second read of global memory at this point, where the program waits for it)."""
         x = k_s.load(L).to(gl.float32) * gl.convert_layout(ks, gl.SliceLayout(1, L))[:, None]
         rcp = gl.div_rn(1.0, kbs)
         rem_scale = gl.where(rcp == 0.0, 0.0, kbs)  # x / Inf = ±0 (see `quantize._div_by_shared`)
@@ -208,6 +207,8 @@ if HAS_GLUON:
         else:
             kbs_early = 0.0  # unread
         mbarrier.wait(kv_ready, 0)
+        if FOLD_K:  # K's per-token rows as bf16 for `dq_from_ds` now, while the first sub-tile's copies are in flight
+            _store_k_rows_bf16(k_s, KBF, bhk, S, first, K_L)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
         for g in range(G):  # the query heads sharing this K / V head, in the producer's order
@@ -227,7 +228,7 @@ if HAS_GLUON:
         # off the diagonal: the token-block copies
         if FOLD_K:  # K's copy from its per-token rows, while the producer's TMA brings V's
             kbs = kbs_early
-            _fold_k_copy(k_s, ks, KBF, KBBF, kbs, bhk, S, first, K_L)
+            _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, K_L)
         else:
             kbs = gl.load(KBS + rb)
         vbs = gl.load(VBS + rb)
