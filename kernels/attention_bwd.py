@@ -419,11 +419,14 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
     if d == 128 and ds_fmt == "bf16" and not emulated:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
-                "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": True}
+                "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": FOLD_K}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
 
 
 DQ_MODES = ("kernel", "atomic")
+# launch option fold_k's default on the fast path (module-level so that a whole training run can be A/B'd through
+# scripts/device/with_constants.py attention_bwd.FOLD_K=False: the same bits either way)
+FOLD_K = True
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
