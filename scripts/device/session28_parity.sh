@@ -4,6 +4,8 @@
 # fast D = 128 backward runs: the fp8 dS buffer) at 1024 × 4 tokens a step, one with every layer's attention at
 # dsk=bf16 (the former fp8). Sharing the GPU slows both; it changes no loss. Held-out loss every 250 steps.
 #   bash scripts/device/session28_parity.sh    (knobs: STEPS=1000 BUDGET=400 SEED=1234, the config's seed)
+# .gpu/corpus32k holds ~3.4M training tokens: 1000 steps of 4096 are ~1.2 epochs; past ~830 steps the held-out loss
+# measures overfitting as much as numerics (session 30: its minimum at step 750 of a 2000-step schedule)
 set -uo pipefail
 source scripts/device/setup.sh
 STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400} SEED=${SEED:-1234}
@@ -16,7 +18,8 @@ run() {  # run NAME EXTRA...
     --micro-batch 4 --budget "$BUDGET" -- "data.cache_dir=/tmp/tok_$name" model.n_heads=6 model.n_kv_heads=6 "train.seed=$SEED" "$@" \
     > "$R/parity_$name.log" 2>&1 &
 }
-run dsk_fp8
+# both spelled out: `fp8` is dsk=bf16 since e085192 (session 30's call 7 ran this pair as two identical dsk=bf16 runs)
+run dsk_fp8 "+precision.layers.L0_11.attention.dsk=fp8"
 run dsk_bf16 "+precision.layers.L0_11.attention.dsk=bf16"
 wait
 for f in "$R"/parity_*.log; do echo "== $f"; grep -v '^step \|^ *[0-9]\+ \|tokenizing' "$f" | tail -8; done
