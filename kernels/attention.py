@@ -139,14 +139,17 @@ class _FlamiaAttention(torch.autograd.Function):
 
 
 def saved_bytes(q, k, v, spec="fp8", causal: bool = True, doc_ids=None) -> int:
-    """Bytes the quantized forward saves for the backward (0 for the bf16 spec: SDPA's own)."""
+    """Bytes the quantized forward keeps alive for the backward (0 for the bf16 spec: SDPA's own): the storages
+    behind its saved tensors, each counted once — a saved view of a larger allocation holds all of it."""
     spec = AttentionSpec.parse(spec)
     if spec.is_bf16:
         return 0
     with torch.enable_grad():
         q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
         o = flamia_attention(q, k, v, spec, causal, doc_ids=doc_ids)
-    return sum(t.numel() * t.element_size() for t in o.grad_fn.saved_tensors if t is not None)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in o.grad_fn.saved_tensors
+                if t is not None}
+    return sum(storages.values())
 
 
 def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool = True,

@@ -343,6 +343,8 @@ def test_forward_saves_k_block_scales(safeguards):
         return
     want = off_diagonal(Operand(saved[2], saved[3]), 128, QZ, False).scale
     assert kbs.shape == want.shape == (2, 2, 3) and torch.equal(kbs, want) and (kbs > 0).all()
+    # carved with K's saved bytes, not with the token-block copies the forward drops (a saved view would hold them)
+    assert kbs.untyped_storage().data_ptr() == saved[2].untyped_storage().data_ptr()
     docs = torch.zeros(2, 384, dtype=torch.int32)
     docs[:, 200:] = 1
     assert flamia_attention(q, k, v, "fp8", doc_ids=docs).grad_fn.saved_tensors[-3] is None
