@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The next device call after session 30 (one call, ~6 minutes): the figures session 30 could not take.
+#   1. the issue's table at this commit (fold_k the default; on an H200 if one comes): 8k / 16k / 32k, fwd and
+#      fwd+bwd, fp8 and fp8-dsk against cuDNN and flash SDPA, three rounds;
+#   2. the GPU tests of what changed after session 30's last call: K's block scales carved with the saved bytes
+#      (fold_k's bits through autograd, the relaunch test, the prefix tests of the fp8 presets);
+#   3. fold_k's training control: session 30's call 7 run with attention_bwd.FOLD_K=False, time-boxed at 110 s, its
+#      losses against call 7's (deterministic training: they must agree to the last digit).
+#   bash scripts/device/session31_next.sh            (carry .gpu and .whl)
+set -uo pipefail
+source scripts/device/setup.sh
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+TAIL=40 phase table 200 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets "fp8;fp8-dsk" \
+  --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
+TAIL=0 phase tests 150 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
+  tests/test_causal_safety.py -k "fold_k or relaunch or (prefix_gpu and fp8)"
+grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -20
+grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -5
+timeout -k 10 110 python3 scripts/device/with_constants.py attention_bwd.FOLD_K=False -- -m flamia_train.train \
+  model=gpt-125m precision=fp8 logger=none logger.log_interval=1 run_dir=/tmp/run_nofold resume=auto train.steps=2000 \
+  train.seq_len=1024 train.micro_batch_size=4 train.lr=0.0006 schedule.warmup_steps=200 train.eval_interval=250 \
+  train.eval_batches=10 checkpoint.interval=500 checkpoint.keep=1 checkpoint.export_safetensors=false \
+  parallel.device=cuda data.path=.gpu/corpus32k data.tokenizer=.gpu/corpus32k/tokenizer.model \
+  data.cache_dir=/tmp/tok_nofold model.n_heads=6 model.n_kv_heads=6 train.seed=1234 > "$R/nofold.log" 2>&1
+# session 30's call 7 (fold_k on): held-out 4.960200 at step 250; train loss 4.9787 at 100, 5.2385 at 200
+grep -E "^with|eval step|^step +(100|200|300)/" "$R/nofold.log" | cut -c1-60 | head -10
+tar -czf "$OUT/results.tar.gz" -C /tmp results
