@@ -1,10 +1,10 @@
 """Time `dq_from_ds` (launch option ds_out's dQ product) alone at S = 8k, B×H = 64 for a few launches of its Triton
 kernel — the thread loads or TMA (`dq_from_ds.TMA`), two query blocks a program (`dq_from_ds.PAIRS`), warps and ring
-stages — over a bf16 and an fp8 dS buffer,
-against what the card's DRAM moves (a plain copy of the same buffer), so its distance from the bandwidth bound is a
-measured figure. Every variant's dQ is compared bit for bit with the default launch's (the options change how the
-tiles reach shared memory, never the sums). Random values in the buffer: the kernel's time does not depend on them.
-Variants run in turn for --rounds rounds (a drift of the clocks touches all alike); the median call of each round.
+stages — over a bf16 and an fp8 dS buffer, against what the card's DRAM moves (a plain copy of the same buffer) and
+against a reduction that only reads it (the read ceiling), so its distance from the bandwidth bound is a measured
+figure. Every variant's dQ is compared bit for bit with the default launch's (the options change how the tiles reach
+shared memory, never the sums). Random values in the buffer: the kernel's time does not depend on them. Variants run
+in turn for --rounds rounds (a drift of the clocks touches all alike); the median call of each round.
     python scripts/device/dq_from_ds_probe.py [--rounds 3] [--seq 8192]"""
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ def _probe_buffer(fp8: bool, variants: list, rounds: int, seq: int) -> None:
     print(f"{torch.cuda.get_device_name()}: {kind} dS buffer {gb:.2f} GB at S = {seq}; a copy of it {ms:.3f} ms "
           f"({2 * gb / ms:.2f} TB/s read + write)", flush=True)
     dst = None  # its memory back before the kernel runs
+    # the read ceiling: torch's sum reads the buffer once and writes one number (session 30's question: how far below
+    # what the card can read is dq_from_ds, when K's L2 reads cost it only 3%)
+    ms = _ms(lambda: buf.view(torch.float32).sum())
+    print(f"  {kind} buffer read alone (torch sum): {ms:.3f} ms ({gb / ms:.2f} TB/s)", flush=True)
 
     def call():
         return dq_from_ds.dq_from_ds(buf, kbf, kbbf, b, h, seq, 0.1, rho=rho)

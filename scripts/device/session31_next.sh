@@ -2,9 +2,10 @@
 # The next device call after session 30 (one call, ~6 minutes): the figures session 30 could not take.
 #   1. the issue's table at this commit (fold_k the default; on an H200 if one comes): 8k / 16k / 32k, fwd and
 #      fwd+bwd, fp8 and fp8-dsk against cuDNN and flash SDPA, three rounds;
-#   2. the GPU tests of what changed after session 30's last call: K's block scales carved with the saved bytes
+#   2. dq_from_ds against the buffer's read ceiling (a reduction that only reads it) and with K read once a program;
+#   3. the GPU tests of what changed after session 30's last call: K's block scales carved with the saved bytes
 #      (fold_k's bits through autograd, the relaunch test, the prefix tests of the fp8 presets);
-#   3. fold_k's training control: session 30's call 7 run with attention_bwd.FOLD_K=False, time-boxed at 110 s, its
+#   4. fold_k's training control: session 30's call 7 run with attention_bwd.FOLD_K=False, time-boxed at 110 s, its
 #      losses against call 7's (deterministic training: they must agree to the last digit).
 #   bash scripts/device/session31_next.sh            (carry .gpu and .whl)
 set -uo pipefail
@@ -12,6 +13,7 @@ source scripts/device/setup.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 TAIL=40 phase table 200 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets "fp8;fp8-dsk" \
   --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
+TAIL=8 phase probe 60 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers bf16 --variants 5
 TAIL=0 phase tests 150 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py -k "fold_k or relaunch or (prefix_gpu and fp8)"
 grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -20
