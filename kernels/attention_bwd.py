@@ -508,7 +508,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     scales saved, as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds`
     (KBF, KBBF) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so
     the copies pass skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
-    KBBF); the same bits. Session 30, H100, 8k: the dK/dV kernel +80 µs, −70 µs of kernels a call (docs/benchmarks.md).
+    KBBF); the same bits. Session 30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]

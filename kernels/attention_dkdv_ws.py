@@ -30,10 +30,11 @@ at a6725e6 it ran 3740 → 4311 µs at 8k on an H100 and its dQ came out NaN (se
 packed by one cvt (76c5eff) it is right and costs what the bf16 stores cost, 3746 against 3751 µs on the H200
 (session 28).
 With FOLD_K (launch option fold_k, the default where DS_OUT runs over a bf16 buffer) the consumer also makes K's
-backward copies: once the diagonal's products on K's per-token rows have retired it writes those rows as bf16 (KBF,
-`dq_from_ds`' operand), re-quantizes them in place into K's token-block copy under the block scales the forward saved
-and writes the copy's rows as bf16 (KBBF), where the producer loaded that copy and the copies pass wrote all three
-(`_fold_k_copy`): −142 µs of pass and +80 µs here at S = 8k on an H100, the same bits (session 30).
+backward copies: at the program's start it writes K's per-token rows as bf16 (KBF, `dq_from_ds`' operand); once the
+diagonal's products on them have retired it re-quantizes them in place into K's token-block copy under the block
+scales the forward saved and writes the copy's rows as bf16 (KBBF), where the producer loaded that copy and the
+copies pass wrote all three (`_fold_k_copy`): −142 µs of pass for ~+35 µs here, ~−110 µs of kernels a call at S = 8k
+on an H100, the same bits (session 30).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """
