@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# The next device call after session 30 (one call, ~6 minutes): the figures session 30 could not take.
+# The next device call after session 30 (one call, ~7 minutes; its phases boxed within 600 s): the figures session 30 could not take.
 #   1. the issue's table at this commit (fold_k the default; on an H200 if one comes): 8k / 16k / 32k, fwd and
 #      fwd+bwd, fp8 and fp8-dsk against cuDNN and flash SDPA, three rounds;
 #   2. dq_from_ds against the buffer's read ceiling (a reduction that only reads it) and with K read once a program;
+#   2b. V's half of the key copies at 4 and 16 warps against 8 (launch_gaps.py, kernel times);
 #   3. the GPU tests of what changed after session 30's last call: K's block scales carved with the saved bytes
 #      (fold_k's bits through autograd, the relaunch test, the prefix tests of the fp8 presets);
-#   4. fold_k's training control: session 30's call 7 run with attention_bwd.FOLD_K=False, time-boxed at 110 s, its
+#   4. fold_k's training control: session 30's call 7 run with attention_bwd.FOLD_K=False, time-boxed at 80 s, its
 #      losses against call 7's (deterministic training: they must agree to the last digit).
 #   bash scripts/device/session31_next.sh            (carry .gpu and .whl)
 set -uo pipefail
 source scripts/device/setup.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-TAIL=40 phase table 200 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets "fp8;fp8-dsk" \
+TAIL=40 phase table 220 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets "fp8;fp8-dsk" \
   --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
-TAIL=8 phase probe 60 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers bf16 --variants 5
-TAIL=0 phase tests 150 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
+TAIL=8 phase probe 50 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers bf16 --variants 5
+# V's half of the key copies (the pass fold_k leaves) moves its 201 MB at ~2.2 TB/s where the other passes reach ~2.7:
+# its launch at 4 and 16 warps against the default 8 (the same bytes)
+for w in 4 16; do
+  TAIL=0 phase "vwarps_$w" 40 python3 scripts/device/with_constants.py     "attention_bwd_copies.KEY_COPIES_WARPS={'k': 16, 'v': $w}" -- scripts/launch_gaps.py --seq 8192 --calls 3
+done
+TAIL=0 phase vwarps_8 40 python3 scripts/launch_gaps.py --seq 8192 --calls 3
+for w in 4 16 8; do echo "-- V copies at $w warps"; grep -A 14 "training step" "$R/vwarps_$w.log" | grep -E "key_copies|per call"; done
+TAIL=0 phase tests 110 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py -k "fold_k or relaunch or (prefix_gpu and fp8)"
 grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -20
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -5
-timeout -k 10 110 python3 scripts/device/with_constants.py attention_bwd.FOLD_K=False -- -m flamia_train.train \
+timeout -k 10 80 python3 scripts/device/with_constants.py attention_bwd.FOLD_K=False -- -m flamia_train.train \
   model=gpt-125m precision=fp8 logger=none logger.log_interval=1 run_dir=/tmp/run_nofold resume=auto train.steps=2000 \
   train.seq_len=1024 train.micro_batch_size=4 train.lr=0.0006 schedule.warmup_steps=200 train.eval_interval=250 \
   train.eval_batches=10 checkpoint.interval=500 checkpoint.keep=1 checkpoint.export_safetensors=false \
