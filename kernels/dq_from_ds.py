@@ -66,6 +66,12 @@ PAIRS = False
 # (session 30, H100, 8k: 1.658 ms against 1.712, 3%: they do not). Wrong sums: never set outside
 # scripts/device/dq_from_ds_probe.py
 K_ONCE = False
+# one loop over all of a program's key blocks (session 30, not yet timed on a GPU): the diagonal token block's tiles
+# loaded with their never-written queries masked to zero in the copy itself (cp.async's zero fill), instead of a
+# second loop that zeroes them with `tl.where` — on sm_90 that loop's dS tiles went through registers and a scratch
+# tile (LDS, STS, ldmatrix.trans, five CTA barriers a tile) and its pipeline started only once the first loop's had
+# drained, a memory latency a program. The same products in the same order: the same bits.
+ONE_LOOP = False
 
 
 if HAS_TRITON:
@@ -86,6 +92,19 @@ if HAS_TRITON:
             return tl.load(Y + (tile.to(tl.int64) * QB + offs_q[:, None]) * BN + offs_k[None, :])
         else:
             return tl.trans(tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :]))
+
+    @triton.jit
+    def _ds_operand_masked(Y, tile, offs_k, offs_q, lo, QB: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr):
+        """`_ds_operand` (thread loads) with the queries before `lo` read as zeros (other=0: the copy's zero fill, the
+        tile staying in shared memory for the product): the diagonal token block's never-written part. lo and each
+        tile's first query are multiples of BN, so the mask is constant along 16-byte pieces of a row."""
+        keep = offs_q >= lo
+        if FP8:
+            return tl.load(Y + (tile.to(tl.int64) * QB + offs_q[:, None]) * BN + offs_k[None, :], mask=keep[:, None],
+                           other=0.0)
+        else:
+            return tl.trans(tl.load(Y + (tile.to(tl.int64) * BN + offs_k[:, None]) * QB + offs_q[None, :],
+                                    mask=keep[None, :], other=0.0))
 
     @triton.jit
     def _k_tile(K, bhk, kb, offs_k, offs_d, S, D: tl.constexpr, BN: tl.constexpr, FP8: tl.constexpr,
@@ -116,7 +135,7 @@ if HAS_TRITON:
     @triton.jit
     def _dq_from_ds_kernel(Y, KBF, KBBF, RHO, DQ, sm_scale, S, G, BH0, D: tl.constexpr, QB: tl.constexpr,
                            BN: tl.constexpr, TB: tl.constexpr, FP8: tl.constexpr, INTERP: tl.constexpr,
-                           TMA: tl.constexpr = False, K_ONCE: tl.constexpr = False):
+                           TMA: tl.constexpr = False, K_ONCE: tl.constexpr = False, ONE_LOOP: tl.constexpr = False):
         qb = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first
         bh = tl.program_id(1) + BH0  # the buffer holds query heads BH0.. (`dq_from_ds`' chunk)
         n_qb = S // QB
@@ -128,6 +147,13 @@ if HAS_TRITON:
         offs_d = tl.arange(0, D)
         bhk = bh // G
         acc = tl.zeros([QB, D], tl.float32)
+        if ONE_LOOP:  # every key block in one pipelined loop (`ONE_LOOP`): the copy of K off the diagonal token block
+            for kb in range(0, (first + QB) // BN):
+                a = _ds_operand_masked(Y, tile0 + kb, offs_k, offs_q, kb * BN - first, QB, BN, FP8)
+                kt = _k_tile(tl.where(kb < n_off, KBBF, KBF), bhk, kb, offs_k, offs_d, S, D, BN, FP8, False)
+                acc = mma(a, kt, INTERP, acc)  # fp32 sums, in the two loops' order
+            _store_dq(acc, RHO, DQ, bh.to(tl.int64) * S + first + offs_q, offs_d, sm_scale, D, FP8)
+            return
         k_once = _k_tile(KBF, bhk, 0, offs_k, offs_d, S, D, BN, FP8, TMA)  # unread unless K_ONCE
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
@@ -239,7 +265,7 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     if PAIRS and not TMA and seq % (2 * QB) == 0:  # two query blocks a program (the thread loads only)
         launch, rows, kernel_options = _PAIRS_LAUNCH, 2 * QB, {}
     else:
-        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA, "K_ONCE": K_ONCE}
+        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA, "K_ONCE": K_ONCE, "ONE_LOOP": ONE_LOOP and not TMA}
     y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
     launch((seq // rows, len(heads)),
            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),

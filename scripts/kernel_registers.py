@@ -361,11 +361,13 @@ def gluon_dq_report(bn: int, fp8_dq: bool = False) -> dict:
 
 
 def dq_from_ds_report(fp8: bool = False, pairs: bool = False, warps: int | None = None,
-                      stages: int | None = None) -> dict:
+                      stages: int | None = None, one_loop: bool = False) -> dict:
     """compile_report for `dq_from_ds` (launch option ds_out's dQ product, Triton) at its launch: over a bf16 dS buffer
     against K's bf16 copies, or fp8 (with fp8_dq) an E4M3 one against K8ᵀ; "byte_ops" counts its byte-wide shared
     loads and stores (a transposition of fp8 bytes one by one: the fp8 buffer is stored K-major to avoid them).
-    pairs: the two-query-block kernel (`dq_from_ds.PAIRS`) at warps × stages (default: the module's)."""
+    pairs: the two-query-block kernel (`dq_from_ds.PAIRS`) at warps × stages (default: the module's). one_loop: one
+    loop over every key block (`dq_from_ds.ONE_LOOP`); "loops" counts the kernel's loops and "barriers" its CTA
+    barriers (the two-loop form moves its diagonal tiles through registers, with barriers between the steps)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -378,6 +380,8 @@ def dq_from_ds_report(fp8: bool = False, pairs: bool = False, warps: int | None 
            "G": "i32", "BH0": "i32", "D": "constexpr", "QB": "constexpr", "BN": "constexpr", "TB": "constexpr",
            "FP8": "constexpr", "INTERP": "constexpr"}
     consts = dict(D=128, QB=M.QB, BN=M.BN, TB=M.TB, FP8=fp8, INTERP=False)
+    if one_loop:
+        sig, consts = {**sig, "ONE_LOOP": "constexpr"}, {**consts, "ONE_LOOP": True}
     # pointers 16-byte aligned and S a multiple of 16, as Triton specializes the real launch
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
     warps, stages = warps or M.WARPS, stages or M.STAGES
@@ -385,9 +389,11 @@ def dq_from_ds_report(fp8: bool = False, pairs: bool = False, warps: int | None 
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
     ptx = compiled.asm["ptx"]
-    return {"config": f"{warps}x{stages}:qb{M.QB}" + (":pairs" if pairs else "") + (":fp8" if fp8 else ""),
+    return {"config": f"{warps}x{stages}:qb{M.QB}" + (":pairs" if pairs else "") + (":oneloop" if one_loop else "")
+            + (":fp8" if fp8 else ""),
             **ptxas_report(ptx), "shared": compiled.metadata.shared,
-            "mma": mma_kinds(ptx), "byte_ops": len(re.findall(r"\b(?:ld|st)\.shared\.(?:b8|u8|s8)\b", ptx))}
+            "mma": mma_kinds(ptx), "byte_ops": len(re.findall(r"\b(?:ld|st)\.shared\.(?:b8|u8|s8)\b", ptx)),
+            "loops": len(re.findall(r"Loop Header", ptx)), "barriers": len(re.findall(r"\bbar\.sync\b", ptx))}
 
 
 def main(argv=None) -> int:
@@ -437,7 +443,8 @@ def main(argv=None) -> int:
                                 (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False),
                                 (gluon_dkdv_report(True, ds_out=True, fold_k=True), False)]
             elif kernel == "dq_from_ds":
-                reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False)]
+                reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False),
+                           (dq_from_ds_report(one_loop=True), False), (dq_from_ds_report(True, one_loop=True), False)]
             elif kernel == "dq_from_ds_pairs":  # option PAIRS at the launches session 29 set up to time
                 reports = [(dq_from_ds_report(fp8, True, w, st), False) for fp8 in (False, True)
                            for w, st in ((8, 2), (8, 3), (16, 2))]
@@ -461,6 +468,8 @@ def main(argv=None) -> int:
                     print(f"       spill instructions inside its innermost wgmma loops: {r['loop_spills']}", flush=True)
                 if "byte_ops" in r:
                     print(f"       byte-wide shared loads / stores: {r['byte_ops']}", flush=True)
+                if "loops" in r:
+                    print(f"       loops: {r['loops']}, CTA barriers: {r['barriers']}", flush=True)
                 if kernel == "dq_from_ds_pairs":
                     print(f"       shared memory: {r['shared']} B", flush=True)
     return 0

@@ -8,12 +8,14 @@ from flamia_kernels.attention_bwd_gluon import BN, DS_KEY_ORDER, DS_QB
 from flamia_kernels.dq_from_ds import QB, TB, dq_from_ds
 
 
-@pytest.fixture(params=["loads", "tma", "pairs"])
+@pytest.fixture(params=["loads", "tma", "pairs", "one_loop"])
 def tma(request, monkeypatch):
-    """Each launch of the product: the kernel's loads, its TMA descriptors' (`dq_from_ds.TMA`), and two query blocks
-    a program (`dq_from_ds.PAIRS`, lengths a multiple of 256; others fall back to one block a program)."""
+    """Each launch of the product: the kernel's loads, its TMA descriptors' (`dq_from_ds.TMA`), two query blocks
+    a program (`dq_from_ds.PAIRS`, lengths a multiple of 256; others fall back to one block a program), and one loop
+    over every key block with the diagonal's unwritten queries masked in the load (`dq_from_ds.ONE_LOOP`)."""
     monkeypatch.setattr(dq_from_ds_module, "TMA", request.param == "tma")
     monkeypatch.setattr(dq_from_ds_module, "PAIRS", request.param == "pairs")
+    monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", request.param == "one_loop")
     return request.param
 
 
@@ -97,6 +99,30 @@ def test_dq_from_ds_rejects_a_length_off_its_blocks():
     with pytest.raises(ValueError, match="multiple of 128"):
         dq_from_ds(torch.empty(0, 128, dtype=torch.bfloat16), torch.empty(1, 1, 320, 128, dtype=torch.bfloat16),
                    torch.empty(1, 1, 320, 128, dtype=torch.bfloat16), 1, 1, 320, 1.0)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_dq_from_ds_one_loop_gives_the_two_loops_bits(fp8, monkeypatch):
+    """One loop over every key block (`ONE_LOOP`: the unwritten queries of the diagonal token block read as zeros by
+    a masked load, the copy of K picked per key block) sums the same products in the same order as the two loops:
+    the same dQ bits, with NaN where the dK/dV kernel writes nothing (a mask that let one through would show)."""
+    b, hq, hkv, seq = 2, 4, 2, 384
+    gen = torch.Generator().manual_seed(11)
+    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None],
+                    torch.randn(b, hq, seq, seq, generator=gen) * (60.0 if fp8 else 1.0), 0.0)
+    if fp8:
+        buf = _pack(y.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn)
+        kbf, kbbf = ((torch.randn(b, hkv, 128, seq, generator=gen) * 40).to(torch.float8_e4m3fn) for _ in range(2))
+        rho = torch.exp2(torch.randint(-4, 4, (b, hq, seq), generator=gen).float())
+    else:
+        buf = _pack(y)
+        kbf, kbbf = (torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16) for _ in range(2))
+        rho = None
+    two = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
+    monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", True)
+    one = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
+    assert two.isfinite().all() and two.abs().sum() > 0
+    assert torch.equal(one.view(torch.int16), two.view(torch.int16))
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])

@@ -1,6 +1,7 @@
 """scripts/kernel_registers.py: the sm_90 register/spill report compiles a real kernel on a CPU machine."""
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,12 +180,15 @@ def test_dq_from_ds_compiles_for_sm90_without_byte_transposes():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("dq_from_ds ")]
-    assert len(rows) == 2 and ":fp8" in rows[1], out.stdout
+    assert len(rows) == 4 and ":fp8" in rows[1] and ":oneloop " in rows[2] + " " and ":oneloop:fp8" in rows[3], rows
     for row in rows:
         assert 0 < int(row.split()[-3]) <= 128 and row.split()[-2:] == ["0", "0"], row
     assert "serialized" not in out.stdout, out.stdout
     assert "m64n128k16.f32.bf16.bf16" in out.stdout and "m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
-    assert out.stdout.count("byte-wide shared loads / stores: 0") == 2, out.stdout
+    assert out.stdout.count("byte-wide shared loads / stores: 0") == 4, out.stdout
+    # ONE_LOOP: one pipelined loop, and fewer barriers than the two loops (whose diagonal tiles cross registers)
+    loops = [tuple(map(int, re.findall(r"loops: (\d+), CTA barriers: (\d+)", out.stdout)[i])) for i in range(4)]
+    assert [n for n, _ in loops] == [2, 2, 1, 1] and loops[2][1] < loops[0][1] and loops[3][1] < loops[1][1], loops
 
 
 def test_triton_dq_kernel_with_an_fp8_dq_product_compiles_for_sm90():

@@ -14,10 +14,11 @@ import statistics
 import torch
 from flamia_kernels import attention_bwd_gluon, dq_from_ds
 
-# (TMA, PAIRS, num_warps, num_stages, K_ONCE); the first is the default launch, every other's dQ is compared with its
-# except K_ONCE's (`dq_from_ds.K_ONCE`: the buffer read alone, K's tile read once a program; other sums)
-VARIANTS = [(False, False, 8, 3, False), (True, False, 8, 4, False), (False, True, 8, 2, False),
-            (False, True, 8, 3, False), (False, True, 16, 2, False), (False, False, 8, 3, True)]
+# (TMA, PAIRS, num_warps, num_stages, K_ONCE, ONE_LOOP); the first is the default launch, every other's dQ is compared
+# with its except K_ONCE's (`dq_from_ds.K_ONCE`: the buffer read alone, K's tile read once a program; other sums)
+VARIANTS = [(False, False, 8, 3, False, False), (True, False, 8, 4, False, False), (False, True, 8, 2, False, False),
+            (False, True, 8, 3, False, False), (False, True, 16, 2, False, False), (False, False, 8, 3, True, False),
+            (False, False, 8, 3, False, True)]
 
 
 def _ms(fn, reps: int = 7) -> float:
@@ -49,13 +50,14 @@ def _inputs(b: int, h: int, seq: int, d: int, fp8: bool):
 
 
 def _launch(variant):
-    dq_from_ds.TMA, dq_from_ds.PAIRS, dq_from_ds.WARPS, dq_from_ds.STAGES, dq_from_ds.K_ONCE = variant
+    dq_from_ds.TMA, dq_from_ds.PAIRS, dq_from_ds.WARPS, dq_from_ds.STAGES, dq_from_ds.K_ONCE, dq_from_ds.ONE_LOOP = \
+        variant
 
 
 def _name(variant) -> str:
-    tma, pairs, warps, stages, k_once = variant
-    return (f"{'tma' if tma else 'loads'}{' pairs' if pairs else ''} {warps} warps × {stages} stages"
-            + (" K once (probe)" if k_once else ""))
+    tma, pairs, warps, stages, k_once, one_loop = variant
+    return (f"{'tma' if tma else 'loads'}{' pairs' if pairs else ''}{' one loop' if one_loop else ''} {warps} warps × "
+            f"{stages} stages" + (" K once (probe)" if k_once else ""))
 
 
 def _probe_buffer(fp8: bool, variants: list, rounds: int, seq: int) -> None:

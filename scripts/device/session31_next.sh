@@ -2,7 +2,9 @@
 # The next device call after session 30 (one call, ~7 minutes; its phases boxed within 600 s): the figures session 30 could not take.
 #   1. the issue's table at this commit (fold_k the default; on an H200 if one comes): 8k / 16k / 32k, fwd and
 #      fwd+bwd, fp8 and fp8-dsk against cuDNN and flash SDPA, three rounds;
-#   2. dq_from_ds against the buffer's read ceiling (a reduction that only reads it) and with K read once a program;
+#   2. dq_from_ds against the buffer's read ceiling (a reduction that only reads it), with K read once a program, and
+#      as one loop (`dq_from_ds.ONE_LOOP`: its diagonal tiles masked in the load; the same bits, checked by the probe)
+#      over both buffers — where ONE_LOOP saves time, make it the default and time the table under it;
 #   2b. V's half of the key copies at 4 and 16 warps against 8 (launch_gaps.py, kernel times);
 #   3. the GPU tests of what changed after session 30's last call: K's block scales carved with the saved bytes
 #      (fold_k's bits through autograd, the relaunch test, the prefix tests of the fp8 presets);
@@ -14,7 +16,7 @@ source scripts/device/setup.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 TAIL=40 phase table 220 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 --presets "fp8;fp8-dsk" \
   --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
-TAIL=8 phase probe 50 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers bf16 --variants 5
+TAIL=10 phase probe 60 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers bf16,fp8 --variants 5,6
 # V's half of the key copies (the pass fold_k leaves) moves its 201 MB at ~2.2 TB/s where the other passes reach ~2.7:
 # its launch at 4 and 16 warps against the default 8 (the same bytes)
 for w in 4 16; do
