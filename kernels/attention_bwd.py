@@ -51,7 +51,7 @@ from . import attention_bwd_gluon, attention_dkdv_ws
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
 from .attention_bwd_copies import bf16_copies, pre_eligible, query_stats
-from .attention_operands import materialize_off_diagonal
+from .attention_operands import deferred_with_scales, materialize_off_diagonal
 from .attention_quant import fmt_code, p_global_value
 from .dq_from_ds import dq_from_ds
 from .dq_row_scale import dq_row_scale_fast
@@ -615,8 +615,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         ds_heads = ds_heads if ds_buf is not None else 0
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
     # fold_k where it applies: the bf16 dS buffer's backward with K's copy deferred and its block scales saved
-    fold_k = (fold_k and pre and bool(ds_heads) and not fp8_dq and k.off is not None and k.off.deferred
-              and k.off.scale is not None)
+    fold_k = fold_k and pre and bool(ds_heads) and not fp8_dq and deferred_with_scales(k)
     if pre:
         qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
                                                            k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k)

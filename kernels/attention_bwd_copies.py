@@ -37,7 +37,7 @@ import torch
 
 from . import quantize as QZ
 from ._triton_env import HAS_TRITON, INTERPRET
-from .attention_operands import materialize_off_diagonal
+from .attention_operands import deferred_with_scales, materialize_off_diagonal
 from .buffers import carve
 from .formats import FP8_TINY
 from .relaunch import Relaunch
@@ -269,7 +269,7 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     # where the block is a power of two; else the separate pass computes it first
     k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
             materialize_off_diagonal(op, QZ) for op in (k, v))
-    if fold_k and (k_t or k.off is None or not k.off.deferred or k.off.scale is None):
+    if fold_k and (k_t or not deferred_with_scales(k)):
         raise ValueError("bf16_copies(fold_k=True): K's token-block copy must be deferred with its block scales "
                          "given (k.off.scale), and KBF, KBBF bf16 rows (k_t=False)")
     k_req = k.off is not None and k.off.deferred and not fold_k

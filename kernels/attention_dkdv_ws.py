@@ -45,6 +45,7 @@ import torch
 from . import attention_bwd_gluon as fused
 from ._triton_env import HAS_GLUON
 from .attention_bwd_copies import STATS_ROWS
+from .attention_operands import deferred_with_scales
 from .relaunch import Relaunch
 
 if HAS_GLUON:
@@ -204,9 +205,7 @@ if HAS_GLUON:
         K_L: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8], warps_per_cta=[NW, 1],
                                              order=[1, 0])
         if FOLD_K:  # read now, not where the copy is made: one scalar held over the diagonal's sub-tiles
-            kbs_early = gl.load(KBS + rb)
-        else:
-            kbs_early = 0.0  # unread
+            kbs = gl.load(KBS + rb)
         mbarrier.wait(kv_ready, 0)
         if FOLD_K:  # K's per-token rows as bf16 for `dq_from_ds` now, while the first sub-tile's copies are in flight
             _store_k_rows_bf16(k_s, KBF, bhk, S, first, K_L)
@@ -228,7 +227,6 @@ if HAS_GLUON:
 
         # off the diagonal: the token-block copies
         if FOLD_K:  # K's copy from its per-token rows, while the producer's TMA brings V's
-            kbs = kbs_early
             _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, K_L)
         else:
             kbs = gl.load(KBS + rb)
@@ -301,7 +299,7 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, kbf, kbbf, vr, vbr = copies
-    if fold_k and (k.off is None or not k.off.deferred or k.off.scale is None or kbf.dtype != torch.bfloat16):
+    if fold_k and (not deferred_with_scales(k) or kbf.dtype != torch.bfloat16):
         raise ValueError("dkdv(fold_k=True): K's token-block copy must be deferred with its block scales given "
                          "(k.off.scale) and copies' KBF, KBBF bf16 rows to fill")
     heads = range(b * hkv) if heads is None else heads

@@ -191,6 +191,12 @@ def attach_off_diagonal(k: Operand, v: Operand, spec, safeguards: bool, impl, bl
             v.off = off_diagonal(v, block, impl, not safeguards, transposed=v_transposed)
 
 
+def deferred_with_scales(op: Operand) -> bool:
+    """op's token-block copy is deferred but its block scales are known (K as the autograd backward gets it: the
+    forward saves them), so a kernel can re-quantize the copy itself (launch option fold_k)."""
+    return op.off is not None and op.off.deferred and op.off.scale is not None
+
+
 def materialize_off_diagonal(op: Operand, impl) -> Operand:
     """op itself, or where its copy is ``deferred`` a new Operand with the copy computed (`off_diagonal`)."""
     if op.off is None or not op.off.deferred:

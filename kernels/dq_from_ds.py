@@ -154,7 +154,8 @@ if HAS_TRITON:
                 acc = mma(a, kt, INTERP, acc)  # fp32 sums, in the two loops' order
             _store_dq(acc, RHO, DQ, bh.to(tl.int64) * S + first + offs_q, offs_d, sm_scale, D, FP8)
             return
-        k_once = _k_tile(KBF, bhk, 0, offs_k, offs_d, S, D, BN, FP8, TMA)  # unread unless K_ONCE
+        if K_ONCE:  # the probe's one K tile a program
+            k_once = _k_tile(KBF, bhk, 0, offs_k, offs_d, S, D, BN, FP8, TMA)
         for kb in range(0, n_off):  # off the diagonal: against the token-block copy
             a = _ds_operand(Y, tile0 + kb, offs_k, offs_q, QB, BN, FP8, TMA)
             if K_ONCE:

@@ -101,23 +101,28 @@ def test_dq_from_ds_rejects_a_length_off_its_blocks():
                    torch.empty(1, 1, 320, 128, dtype=torch.bfloat16), 1, 1, 320, 1.0)
 
 
+def _random_case(b, hq, hkv, seq, fp8: bool, seed: int):
+    """(buffer, KBF, KBBF, ρ) of fresh random values for comparing two launches' bits: a causal dS packed as the
+    dK/dV kernel writes it (NaN where it writes nothing), K's bf16 rows, or for an fp8 buffer K's bytes K-major and a
+    power-of-two ρ per query (None for bf16)."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None],
+                    torch.randn(b, hq, seq, seq, generator=gen) * (60.0 if fp8 else 1.0), 0.0)
+    if fp8:
+        buf = _pack(y.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn)
+        kbf, kbbf = ((torch.randn(b, hkv, 128, seq, generator=gen) * 40).to(torch.float8_e4m3fn) for _ in range(2))
+        return buf, kbf, kbbf, torch.exp2(torch.randint(-4, 4, (b, hq, seq), generator=gen).float())
+    kbf, kbbf = (torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16) for _ in range(2))
+    return _pack(y), kbf, kbbf, None
+
+
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 def test_dq_from_ds_one_loop_gives_the_two_loops_bits(fp8, monkeypatch):
     """One loop over every key block (`ONE_LOOP`: the unwritten queries of the diagonal token block read as zeros by
     a masked load, the copy of K picked per key block) sums the same products in the same order as the two loops:
     the same dQ bits, with NaN where the dK/dV kernel writes nothing (a mask that let one through would show)."""
     b, hq, hkv, seq = 2, 4, 2, 384
-    gen = torch.Generator().manual_seed(11)
-    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None],
-                    torch.randn(b, hq, seq, seq, generator=gen) * (60.0 if fp8 else 1.0), 0.0)
-    if fp8:
-        buf = _pack(y.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn)
-        kbf, kbbf = ((torch.randn(b, hkv, 128, seq, generator=gen) * 40).to(torch.float8_e4m3fn) for _ in range(2))
-        rho = torch.exp2(torch.randint(-4, 4, (b, hq, seq), generator=gen).float())
-    else:
-        buf = _pack(y)
-        kbf, kbbf = (torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16) for _ in range(2))
-        rho = None
+    buf, kbf, kbbf, rho = _random_case(b, hq, hkv, seq, fp8, seed=11)
     two = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
     monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", True)
     one = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
@@ -130,17 +135,7 @@ def test_dq_from_ds_pairs_give_the_single_blocks_bits(fp8, monkeypatch):
     """Two query blocks a program (`PAIRS`) sum each block's products as one block a program does, in the same order:
     the same dQ bits (a pair's shared K tile must not change which copy a block multiplies)."""
     b, hq, hkv, seq = 1, 2, 1, 768
-    gen = torch.Generator().manual_seed(7)
-    y = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None],
-                    torch.randn(b, hq, seq, seq, generator=gen) * (60.0 if fp8 else 1.0), 0.0)
-    if fp8:
-        buf = _pack(y.to(torch.float8_e4m3fn).float(), torch.float8_e4m3fn)
-        kbf, kbbf = ((torch.randn(b, hkv, 128, seq, generator=gen) * 40).to(torch.float8_e4m3fn) for _ in range(2))
-        rho = torch.exp2(torch.randint(-4, 4, (b, hq, seq), generator=gen).float())
-    else:
-        buf = _pack(y)
-        kbf, kbbf = (torch.randn(b, hkv, seq, 128, generator=gen).to(torch.bfloat16) for _ in range(2))
-        rho = None
+    buf, kbf, kbbf, rho = _random_case(b, hq, hkv, seq, fp8, seed=7)
     single = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
     monkeypatch.setattr(dq_from_ds_module, "PAIRS", True)
     pairs = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
