@@ -66,12 +66,14 @@ PAIRS = False
 # (session 30, H100, 8k: 1.658 ms against 1.712, 3%: they do not). Wrong sums: never set outside
 # scripts/device/dq_from_ds_probe.py
 K_ONCE = False
-# one loop over all of a program's key blocks (session 30, not yet timed on a GPU): the diagonal token block's tiles
-# loaded with their never-written queries masked to zero in the copy itself (cp.async's zero fill), instead of a
-# second loop that zeroes them with `tl.where` — on sm_90 that loop's dS tiles went through registers and a scratch
-# tile (LDS, STS, ldmatrix.trans, five CTA barriers a tile) and its pipeline started only once the first loop's had
-# drained, a memory latency a program. The same products in the same order: the same bits.
-ONE_LOOP = False
+# one loop over all of a program's key blocks: the diagonal token block's tiles loaded with their never-written
+# queries masked to zero in the copy itself (cp.async's zero fill), instead of a second loop that zeroes them with
+# `tl.where` — on sm_90 that loop's dS tiles went through registers and a scratch tile (LDS, STS, ldmatrix.trans, five
+# CTA barriers a tile) and its pipeline started only once the first loop's had drained, a memory latency a program.
+# The same products in the same order: the same bits (GPU: dq_from_ds_probe.py). The default since session 31: on an
+# H100 at S = 8k (B×H = 64) 1.626 ms against the two loops' 1.660 over the bf16 buffer, 0.908 against 0.921 over the
+# fp8 one (2 rounds each, dQ bit-identical in both; docs/benchmarks.md, session 31)
+ONE_LOOP = True
 
 
 if HAS_TRITON:

@@ -247,8 +247,15 @@ def main() -> None:
             if args.launch_costs:
                 launch_costs(q.detach(), k.detach(), v.detach())
             continue
-        entries = [("fp8", lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8")),
-                   ("cudnn", peer_fn("cudnn", q, k, v))]
+        def fresh(fn, leaves=(q, k, v)):  # each call's gradients new, not added to the last (`one_call`'s leaves)
+            def run():
+                for x in leaves:
+                    x.grad = None
+                return fn()
+            return run
+
+        entries = [("fp8", fresh(lambda q=q, k=k, v=v: flamia_attention(q, k, v, "fp8"))),
+                   ("cudnn", fresh(peer_fn("cudnn", q, k, v)))]
         got = readings(entries, do, ("fwd", "fwd+bwd"), args.calls, sleep)
         print(f"\nS={s} B×H={b}×{h} D={d}: median ms of {args.calls} calls")
         for mode in ("fwd", "fwd+bwd"):

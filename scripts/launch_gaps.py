@@ -20,7 +20,7 @@ import argparse
 import time
 
 import torch
-from bench_attention import shape_for
+from bench_attention import one_call, shape_for
 from flamia_kernels import flamia_attention
 from launch_configs import launch_overrides, load_launch
 
@@ -91,7 +91,7 @@ def main() -> None:
             flamia_attention(q, k, v, "fp8")
 
     def train_step():
-        flamia_attention(qg, kg, vg, "fp8").backward(do)
+        one_call(lambda: flamia_attention(qg, kg, vg, "fp8"), do, "fwdbwd", (qg, kg, vg))
 
     def cudnn():
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -855,26 +855,34 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
 def test_gpu_relaunched_kernels_match_triton_s_launches():
     """`relaunch.Relaunch`: a training call whose kernels launch through their kept plans (the launcher called
     directly) gives the bits of the same call launched through Triton. Fresh inputs for each call; GQA, B > 1,
-    S not a power of two."""
+    S not a power of two. The launchers are found, not listed: every `Relaunch` of the kernel modules that the
+    fast path's training call uses (a hand list went stale when `ds_out` replaced the Gluon dQ kernel)."""
+    import sys
+
     from flamia_kernels import (
         attention_bwd_copies,
-        attention_bwd_gluon,
         attention_dkdv_ws,
         attention_fwd_gluon,
+        dq_from_ds,
         quantize,
     )
+    from flamia_kernels.relaunch import Relaunch
 
-    launches = [quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
-                attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_bwd_copies._KEY_COPIES_LAUNCH,
-                attention_dkdv_ws._LAUNCH, attention_bwd_gluon._DQ_LAUNCH]
     fp8 = lambda q, k, v: flamia_attention(q, k, v, "fp8")  # noqa: E731
-    _grads(fp8, *_inputs(2, 8, 2, 1920, 128, seed=61))  # every plan kept
-    plans = [launch.plans() for launch in launches]
-    assert all(plans), plans
+    _grads(fp8, *_inputs(2, 8, 2, 1920, 128, seed=61))  # every plan kept (modules imported lazily included)
+    used = {f"{name}.{attr}": value for name, module in list(sys.modules.items())
+            if name.startswith("flamia_kernels.") for attr, value in vars(module).items()
+            if isinstance(value, Relaunch) and value.plans()}
+    # the fast path's kernels must be among them, or the test checks less than it claims
+    for must in (quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
+                 attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_bwd_copies._KEY_COPIES_LAUNCH,
+                 attention_dkdv_ws._LAUNCH, dq_from_ds._LAUNCH):
+        assert must.plans(), (must.kernel, sorted(used))
+    plans = {name: launch.plans() for name, launch in used.items()}
     inputs = _inputs(2, 8, 2, 1920, 128, seed=62)
     direct = _grads(fp8, *inputs)
-    assert [launch.plans() for launch in launches] == plans  # no new plan: every launch went direct
-    for launch in launches:
+    assert {name: launch.plans() for name, launch in used.items()} == plans  # no new plan: every launch went direct
+    for launch in used.values():
         launch._plans.clear()
     through_triton = _grads(fp8, *inputs)
     same = [torch.equal(a, b) for a, b in zip(direct, through_triton, strict=True)]

@@ -65,3 +65,20 @@ def test_alternating_calls_rotate_the_order_flush_before_each_and_drop_a_failing
     assert events == warm + timed and failures == ["flex (bf16 peer)"]
     assert got[("fp8", "fwd")] == [1.0, 4.0, 5.0] and got[("cudnn (bf16 peer)", "fwd")] == [2.0, 3.0, 6.0]
     assert all(math.isnan(x) for x in got[("flex (bf16 peer)", "fwd")])
+
+
+def test_one_call_gives_each_backward_fresh_gradients():
+    """A timed fwd+bwd call drops its leaves' gradients first, so that no accumulation kernel (an addition of Q's,
+    K's and V's size) is timed with it; without leaves the gradients add up, as autograd does."""
+    import torch
+    from bench_attention import one_call
+
+    q, k = torch.randn(4, 8), torch.randn(4, 8)
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    do = torch.randn(4, 8)
+    for _ in range(3):
+        one_call(lambda: q * k, do, "fwdbwd", (q, k))
+    assert torch.equal(q.grad, do * k) and torch.equal(k.grad, do * q)
+    one_call(lambda: q * k, do, "fwdbwd")
+    assert torch.allclose(q.grad, 2 * do * k)

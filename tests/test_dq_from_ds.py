@@ -123,6 +123,7 @@ def test_dq_from_ds_one_loop_gives_the_two_loops_bits(fp8, monkeypatch):
     the same dQ bits, with NaN where the dK/dV kernel writes nothing (a mask that let one through would show)."""
     b, hq, hkv, seq = 2, 4, 2, 384
     buf, kbf, kbbf, rho = _random_case(b, hq, hkv, seq, fp8, seed=11)
+    monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", False)
     two = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
     monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", True)
     one = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)

@@ -64,7 +64,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}: B={b} H={h} S={s} D={d}", flush=True)
     for mode in ("fwd", "fwdbwd"):
         for _, fn in entries:  # warm-up: compiles, plans, allocator
-            one_call(fn, do, mode)
+            one_call(fn, do, mode, (q, k, v))
         torch.cuda.synchronize()
         order, stamps = [], []
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -74,7 +74,7 @@ def main() -> None:
                     cache.bitwise_not_()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    one_call(fn, do, mode)
+                    one_call(fn, do, mode, (q, k, v))
                     end.record()
                     order.append(name)
                     stamps.append((start, end))
