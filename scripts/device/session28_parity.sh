@@ -3,24 +3,27 @@
 # side by side on one GPU, the same seed, data order and held-out batches: gpt-125m with 6 heads of 128 (so that the
 # fast D = 128 backward runs: the fp8 dS buffer) at 1024 × 4 tokens a step, one with every layer's attention at
 # dsk=bf16 (the former fp8). Sharing the GPU slows both; it changes no loss. Held-out loss every 250 steps.
-#   bash scripts/device/session28_parity.sh    (knobs: STEPS=1000 BUDGET=400 SEED=1234, the config's seed)
+#   bash scripts/device/session28_parity.sh    (knobs: STEPS=1000 BUDGET=400 SEEDS="1234", the config's seed; several
+#   seeds run all their pairs at once — session 31: STEPS=800 BUDGET=430 SEEDS="1234 4321", four runs on one GPU)
 # .gpu/corpus32k holds ~3.4M training tokens: 1000 steps of 4096 are ~1.2 epochs; past ~830 steps the held-out loss
 # measures overfitting as much as numerics (session 30: its minimum at step 750 of a 2000-step schedule)
 set -uo pipefail
 source scripts/device/setup.sh
-STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400} SEED=${SEED:-1234}
+STEPS=${STEPS:-1000} BUDGET=${BUDGET:-400} SEEDS=${SEEDS:-${SEED:-1234}} EVAL_EVERY=${EVAL_EVERY:-250}
 C=.gpu/corpus32k
 mkdir -p "$R/parity"
-run() {  # run NAME EXTRA...
-  local name=$1; shift
+run() {  # run NAME SEED EXTRA...
+  local name=$1 seed=$2; shift 2
   timeout -k 15 $((BUDGET + 120)) python3 scripts/bench_parity.py --preset fp8 --model gpt-125m --device cuda \
-    --run-dir "runs/parity28/${name}_$SEED" --out "$R/parity/$name.json" --corpus "$C" --steps "$STEPS" --seq-len 1024 \
-    --micro-batch 4 --budget "$BUDGET" -- "data.cache_dir=/tmp/tok_$name" model.n_heads=6 model.n_kv_heads=6 "train.seed=$SEED" "$@" \
-    > "$R/parity_$name.log" 2>&1 &
+    --run-dir "runs/parity28/${name}_$seed" --out "$R/parity/${name}_$seed.json" --corpus "$C" --steps "$STEPS" \
+    --seq-len 1024 --micro-batch 4 --budget "$BUDGET" --eval-every "$EVAL_EVERY" -- "data.cache_dir=/tmp/tok_${name}_$seed" \
+    model.n_heads=6 model.n_kv_heads=6 "train.seed=$seed" "$@" > "$R/parity_${name}_$seed.log" 2>&1 &
 }
 # both spelled out: `fp8` is dsk=bf16 since e085192 (session 30's call 7 ran this pair as two identical dsk=bf16 runs)
-run dsk_fp8 "+precision.layers.L0_11.attention.dsk=fp8"
-run dsk_bf16 "+precision.layers.L0_11.attention.dsk=bf16"
+for seed in $SEEDS; do
+  run dsk_fp8 "$seed" "+precision.layers.L0_11.attention.dsk=fp8"
+  run dsk_bf16 "$seed" "+precision.layers.L0_11.attention.dsk=bf16"
+done
 wait
 for f in "$R"/parity_*.log; do echo "== $f"; grep -v '^step \|^ *[0-9]\+ \|tokenizing' "$f" | tail -8; done
 python3 - "$R/parity" <<'PY'
