@@ -213,7 +213,7 @@ def override_assignments(key: str, value: Any) -> list[Assignment]:
         except ValueError:
             pass
         if not out:
-            raise ConfigError(key, value, "neither an attention spec (bf16, fp8, fp8-dsk, mxfp8, nvfp4, nvfp4-fp8, "
+            raise ConfigError(key, value, "neither an attention spec (bf16, fp8, fp8-bf16dq, mxfp8, nvfp4, nvfp4-fp8, "
                                           "qk=..,pv=..,do=..,ds=..,dsk=..) nor a linear spec (bf16, fp8, fp8-block, "
                                           "mxfp8, nvfp4, fprop=..,dgrad=..,wgrad=..)")
         return out

@@ -160,7 +160,7 @@ def flamia_attention(q, k, v, spec="bf16", causal: bool = True, safeguards: bool
     Quantized specs take bf16 with D in SUPPORTED_HEAD_DIMS and S a multiple of SEQ_BLOCK;
     the bf16 spec (SDPA) takes bf16/fp16/fp32 of any shape SDPA takes. Returns O
     [B, Hq, S, D] in q's dtype, differentiable in q, k, v. `spec`: an AttentionSpec, a
-    preset (bf16, fp8, fp8-dsk, mxfp8, nvfp4, nvfp4-fp8) or "qk=fp8,pv=fp8,do=fp8,ds=bf16" (and ",dsk=fp8").
+    preset (bf16, fp8, fp8-bf16dq, mxfp8, nvfp4, nvfp4-fp8) or "qk=fp8,pv=fp8,do=fp8,ds=bf16" (and ",dsk=fp8").
     doc_ids: None, or int32/int64 [B, S] non-decreasing along each row (the document of each
     token of a packed row): query i then sees key j only if doc_ids[b, j] == doc_ids[b, i] (and
     j <= i when causal). Checking that the ids never decrease reads one bool back (a host sync).

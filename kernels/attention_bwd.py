@@ -488,7 +488,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     "fp8_dk" (a probe, warp-specialized Gluon dK/dV kernel only): its dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`, `reference.backward_math(fp8_dk=True)`) against Q8ᵀ, both computed here in PyTorch
     (a real launch would take ‖dO8‖₁ from dO's pre-pass and Q8ᵀ from the copies pass): other numerics than the spec's.
-    "fp8_dq" (default: the spec's dsk == "fp8", as the fp8-dsk preset; True or False otherwise is a probe of
+    "fp8_dq" (default: the spec's dsk == "fp8", as the fp8 preset; True or False otherwise is a probe of
     other numerics than the spec's): dQ as one FP8 product under the queries' bound scales
     (`reference.dq_row_scale`): in the Gluon dQ kernel against K8ᵀ and its token-block copy's bytes K-major
     (computed here in PyTorch), in the Triton dQ kernel (any device, the interpreter too) against K's bytes.

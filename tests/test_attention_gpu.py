@@ -61,7 +61,7 @@ def _cos(a, b):
     return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
 
 
-@pytest.mark.parametrize("spec", ["fp8", "fp8-dsk", "mxfp8", "nvfp4", "nvfp4-fp8", "qk=fp8,pv=fp8,do=bf16,ds=fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "fp8", "mxfp8", "nvfp4", "nvfp4-fp8", "qk=fp8,pv=fp8,do=bf16,ds=fp8"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_triton_matches_reference(spec, d):
     q, k, v, do = _inputs(2, 8, 2, 1024, d, seed=d)
@@ -72,7 +72,7 @@ def test_gpu_triton_matches_reference(spec, d):
     assert all(e <= _tol(spec, n) for n, e in errs.items()), errs
 
 
-BARS = {"fp8": (0.99, 0.98), "fp8-dsk": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98),
+BARS = {"fp8-bf16dq": (0.99, 0.98), "fp8": (0.99, 0.98), "mxfp8": (0.99, 0.98), "nvfp4-fp8": (0.99, 0.98),
         "nvfp4": (0.98, 0.975)}
 
 
@@ -105,7 +105,7 @@ def test_gpu_prepass_matches_formats(fmt):
     assert torch.equal(a.vals_t.float(), b.vals.transpose(-1, -2).float())
 
 
-@pytest.mark.parametrize("spec", ["fp8", "mxfp8", "nvfp4", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "mxfp8", "nvfp4", "nvfp4-fp8"])
 def test_gpu_forward_kernel_on_shared_operands(spec):
     """The forward kernel against reference.forward_math on the very same quantized operands
     (from `formats`): isolates the kernel from the pre-pass."""
@@ -124,7 +124,7 @@ def test_gpu_forward_kernel_on_shared_operands(spec):
     assert _rel(o, ref) <= _tol(spec)
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4-fp8"])
 def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     """dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default dQ kernel on
     the same operands. Where V and dO are both fp8 both kernels' dP is an FP8 product (dPᵀ = V·dOᵀ in
@@ -153,7 +153,7 @@ def test_gpu_atomic_dq_matches_the_dq_kernel(spec):
     assert _rel(fused[1], split[1]) <= 1e-5 and _rel(fused[2], split[2]) <= dv_bar
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4-fp8"])
 def test_gpu_forward_block_pointer_option_is_bit_identical(spec):
     """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) against the default loads."""
     from flamia_kernels import AttentionSpec, attention_fwd
@@ -171,7 +171,7 @@ def test_gpu_forward_block_pointer_option_is_bit_identical(spec):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4-fp8"])
 def test_gpu_backward_half_tile_programs_match(spec):
     """Launch option bn = 64 (dK/dV programs of half the forward's key tile) against the default."""
     from flamia_kernels import AttentionSpec, attention_bwd
@@ -196,7 +196,7 @@ def test_gpu_backward_pre_copies_are_bit_identical(causal):
     products, so every gradient is equal bit for bit."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=41)
     args = backward_args(spec, q, k, v, do, causal=causal, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False, "gluon_dq": 0}  # the Triton kernels' launches
@@ -222,7 +222,7 @@ def test_gpu_backward_deferred_copies_are_bit_identical(gluon):
     from flamia_kernels.attention_bwd_copies import bf16_copies
     from flamia_kernels.attention_operands import OffDiagonal
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=43)
     args = list(backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5))
     ko, vo = args[1], args[2]
@@ -265,7 +265,7 @@ def test_gpu_backward_launch_variants_match_the_default(variant):
     within 1e-3 relative L2 of the default launch's (the reference bar is 5e-3)."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 2048, 128, seed=13)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "gluon": False, "gluon_dq": 0}  # the Triton kernels' launches
@@ -290,7 +290,7 @@ def test_gpu_forward_launch_variants_match_the_default(variant, causal):
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=15)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
     base = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
@@ -313,7 +313,7 @@ def test_gpu_fused_q_matches_the_prepass(bm):
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(2, 8, 2, 2048, 128, seed=19)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
     cfg = {**_triton_forward(), "bm": bm}  # fused Q runs on the Triton kernel only
@@ -335,7 +335,7 @@ def test_gpu_gluon_fused_q_matches_the_prepass():
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
     assert attention_fwd.fuses_q(q, spec, True, True, False)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
@@ -356,16 +356,16 @@ def test_gpu_gluon_fused_q_matches_the_prepass():
     calls, original = [], attention_fwd_gluon.forward
     attention_fwd_gluon.forward = lambda *a, **kw: calls.append(kw.get("q_raw") is not None) or original(*a, **kw)
     try:
-        fused = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+        fused = _grads(lambda *x: flamia_attention(*x, "fp8-bf16dq"), q, k, v, do)
         with torch.no_grad():
-            inference = flamia_attention(q, k, v, "fp8")
+            inference = flamia_attention(q, k, v, "fp8-bf16dq")
     finally:
         attention_fwd_gluon.forward = original
     assert calls == [True, True]  # the Gluon kernel ran with fused Q, with and without gradients
     default = attention_fwd.launch_config
     attention_fwd.launch_config = lambda d, emulated: {**default(d, emulated), "fuse_q": False}
     try:
-        prepass = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+        prepass = _grads(lambda *x: flamia_attention(*x, "fp8-bf16dq"), q, k, v, do)
     finally:
         attention_fwd.launch_config = default
     assert all(torch.equal(a, b) for a, b in zip(fused, prepass, strict=True))
@@ -409,7 +409,7 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=27)
     ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
     assert attention_fwd_gluon.eligible(ops.q, ops.k, ops.v, spec, True, None, None, False) is None
@@ -429,7 +429,7 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     assert o8_diff <= 1e-4
     ref = reference.attention(q, k, v, spec, causal=True, safeguards=safeguards)
     print(f"gluon {variant} safeguards={safeguards}: O vs reference rel-L2 {_rel(got[0], ref):.2e}")
-    assert _rel(got[0], ref) <= _tol("fp8")
+    assert _rel(got[0], ref) <= _tol("fp8-bf16dq")
 
 
 def test_gpu_gluon_forward_through_the_launch_option():
@@ -440,7 +440,7 @@ def test_gpu_gluon_forward_through_the_launch_option():
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(1, 4, 4, 1024, 128, seed=29)
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
     calls = []
@@ -476,7 +476,7 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     from flamia_kernels.attention_operands import prepare_forward
 
     stages, pingpong = WS_VARIANTS[variant]
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=31)
     ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True)
     base = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, pipe=3)
@@ -492,7 +492,7 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     torch.testing.assert_close(got[4], base[4], rtol=1e-5, atol=0)
     assert o8_diff <= 1e-4
     ref = reference.attention(q, k, v, spec, causal=True, safeguards=safeguards)
-    assert _rel(got[0], ref) <= _tol("fp8")
+    assert _rel(got[0], ref) <= _tol("fp8-bf16dq")
 
 
 def test_gpu_ws_forward_fused_q_matches_the_chained_kernel():
@@ -507,7 +507,7 @@ def test_gpu_ws_forward_fused_q_matches_the_chained_kernel():
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=43)
     bad = q.clone()
     bad[0, 1, 70, 3], bad[1, 5, 1000, 9], bad[1, 6, 1500, :2] = float("nan"), -float("nan"), float("inf")
@@ -540,7 +540,7 @@ def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad)
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec, t = AttentionSpec.parse("fp8"), 300
+    spec, t = AttentionSpec.parse("fp8-bf16dq"), 300
     q, k, v, _ = _inputs(1, 4, 4, 1024, 128, seed=41)
     run = {"chained": lambda ops: attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3),
            "ws": lambda ops: attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True)}[kernel]
@@ -562,11 +562,11 @@ def test_gpu_ws_forward_in_training_matches_the_chained_kernel(monkeypatch):
     from flamia_kernels import attention_fwd, attention_fwd_ws
 
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=37)
-    base = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    base = _grads(lambda *x: flamia_attention(*x, "fp8-bf16dq"), q, k, v, do)
     fwd = attention_fwd.launch_config
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**fwd(d, emulated), "pipe": 4})
     calls = _spy(monkeypatch, attention_fwd_ws, "forward")
-    got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    got = _grads(lambda *x: flamia_attention(*x, "fp8-bf16dq"), q, k, v, do)
     assert calls, "the warp-specialized forward never ran"
     rel = {n: _rel(a, b) for n, a, b in zip(("O", "dQ", "dK", "dV"), got, base, strict=True)}
     print(f"\nws forward in training vs chained: rel-L2 {rel}")
@@ -586,12 +586,12 @@ def test_gpu_gluon_forward_accuracy_vs_exact(pipe, monkeypatch):
     calls = _spy(monkeypatch, attention_fwd_gluon, "forward")
     q, k, v, do = _inputs(1, 4, 4, 4096, 128, seed=1)
     exact = _grads(lambda *x: reference.attention(*x, "bf16"), q, k, v, do, torch.float32)
-    got = _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)
+    got = _grads(lambda *x: flamia_attention(*x, "fp8-bf16dq"), q, k, v, do)
     assert calls, "the Gluon forward never ran"
     cos = {n: _cos(a, e) for n, a, e in zip(("O", "dQ", "dK", "dV"), got, exact, strict=True)}
     rel = {n: _rel(a, e) for n, a, e in zip(("O", "dQ", "dK", "dV"), got, exact, strict=True)}
     print(f"\ngluon pipe {pipe} fp8 S=4096 D=128 cosine vs fp32 {cos} rel-L2 {rel}")
-    hi, lo = BARS["fp8"]
+    hi, lo = BARS["fp8-bf16dq"]
     assert cos["O"] >= hi and cos["dV"] >= hi and cos["dQ"] >= lo and cos["dK"] >= lo, cos
 
 
@@ -603,7 +603,7 @@ def test_gpu_gluon_dkdv_matches_the_triton_kernel(safeguards, monkeypatch):
     product, safeguards on and off)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=43)
     args = backward_args(spec, q, k, v, do, safeguards=safeguards, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
@@ -631,7 +631,7 @@ def test_gpu_ws_dkdv_matches_the_gluon_kernel(shape, safeguards, monkeypatch):
     off-diagonal sub-tile; one tile under GQA, where no program has one), with the safeguards on and off."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(*shape, 128, seed=53)
     args = backward_args(spec, q, k, v, do, safeguards=safeguards, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dkdv"}
@@ -653,7 +653,7 @@ def test_gpu_dq_on_a_side_stream_is_bit_identical(priority):
     caller's stream sees dQ complete."""
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
     base = attention_bwd.launch_config(128, spec.ds)
@@ -674,7 +674,7 @@ def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
     power of two); a budget below one head's buffer runs the dQ kernel."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=61)
     args = backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5)
@@ -694,7 +694,7 @@ def test_gpu_ds_out_matches_the_dq_kernel(shape, chunk, monkeypatch):
     assert not calls and all(torch.equal(a, b) for a, b in zip(fallback, want, strict=True))
 
 
-@pytest.mark.parametrize("spec_name", ["fp8", "fp8-dsk"])
+@pytest.mark.parametrize("spec_name", ["fp8-bf16dq", "fp8"])
 @pytest.mark.parametrize("chunks", [2, 4])
 def test_gpu_ds_chunks_overlap_keeps_the_bits(spec_name, chunks, monkeypatch):
     """Launch option ds_chunks: the dS buffer in two halves used in turn, each chunk's `dq_from_ds` on a side stream
@@ -733,7 +733,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon, attention_dkdv_ws
     from flamia_kernels.attention_operands import OffDiagonal
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=73)
     args = list(backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5))
@@ -766,7 +766,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
                             lambda d, ds, emulated=False, fold=fold: {**base, "fold_k": fold})
         folds.clear()
         xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-        flamia_attention(*xs, "fp8").backward(do)
+        flamia_attention(*xs, "fp8-bf16dq").backward(do)
         grads.append([x.grad for x in xs])
         assert folds == [fold] * len(folds) and folds, (fold, folds)
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
@@ -779,7 +779,7 @@ def test_gpu_gluon_dq_matches_the_triton_kernel(bn, monkeypatch):
     (GQA, B > 1, S not a power of two, the diagonal tile and the token-block copies)."""
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=47)
     args = backward_args(spec, q, k, v, do, sm_scale=128 ** -0.5)
     base = {**attention_bwd.launch_config(128, spec.ds), "which": "dq"}
@@ -802,7 +802,7 @@ def test_gpu_fp8_ds_probes_match_the_reference():
 
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=59)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, sm_scale=sm)
@@ -820,7 +820,7 @@ def test_gpu_fp8_ds_probes_match_the_reference():
 
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1920), (1, 4, 4, 2048)])
 def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
-    """fp8-dsk's backward (fp8 with dsk=fp8) at the fast path's default launch: the ws dK/dV kernel stores
+    """fp8's backward (dsk=fp8, the FP8 dQ product) at the fast path's default launch: the ws dK/dV kernel stores
     E4M3(dS·s_k/ρ) (half the bytes of the bf16 buffer) and `dq_from_ds` runs the FP8 dQ product over it. dQ against
     the reference's (`reference.backward_math`, the same spec) from the same bf16 inputs within 1.5e-2, as the Gluon
     dQ kernel's FP8 product (ds_out=0: the same numerics; both chain the FP8 products in one accumulator, which
@@ -830,7 +830,7 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
 
     from flamia_kernels import AttentionSpec, attention_bwd
 
-    spec = AttentionSpec.parse("fp8-dsk")
+    spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=67)
     sm = 1.0 / math.sqrt(128)
@@ -852,7 +852,8 @@ def test_gpu_fp8_ds_out_matches_the_reference(shape, monkeypatch):
         err, probe_err, base_err)
 
 
-def test_gpu_relaunched_kernels_match_triton_s_launches():
+@pytest.mark.parametrize("preset", ["fp8", "fp8-bf16dq"])
+def test_gpu_relaunched_kernels_match_triton_s_launches(preset):
     """`relaunch.Relaunch`: a training call whose kernels launch through their kept plans (the launcher called
     directly) gives the bits of the same call launched through Triton. Fresh inputs for each call; GQA, B > 1,
     S not a power of two. The launchers are found, not listed: every `Relaunch` of the kernel modules that the
@@ -868,7 +869,7 @@ def test_gpu_relaunched_kernels_match_triton_s_launches():
     )
     from flamia_kernels.relaunch import Relaunch
 
-    fp8 = lambda q, k, v: flamia_attention(q, k, v, "fp8")  # noqa: E731
+    fp8 = lambda q, k, v: flamia_attention(q, k, v, preset)  # noqa: E731
     _grads(fp8, *_inputs(2, 8, 2, 1920, 128, seed=61))  # every plan kept (modules imported lazily included)
     used = {f"{name}.{attr}": value for name, module in list(sys.modules.items())
             if name.startswith("flamia_kernels.") for attr, value in vars(module).items()
@@ -886,5 +887,5 @@ def test_gpu_relaunched_kernels_match_triton_s_launches():
         launch._plans.clear()
     through_triton = _grads(fp8, *inputs)
     same = [torch.equal(a, b) for a, b in zip(direct, through_triton, strict=True)]
-    print(f"\nrelaunched vs Triton's launches: bit-identical O, dQ, dK, dV {same}, plans {plans}")
+    print(f"\n{preset} relaunched vs Triton's launches: bit-identical O, dQ, dK, dV {same}, plans {plans}")
     assert all(same) and all(t.abs().sum() > 0 for t in direct)

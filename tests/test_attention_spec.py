@@ -18,11 +18,10 @@ def test_per_operand_string():
     assert spec.name == "qk=fp8,pv=nvfp4,do=mxfp8,ds=bf16"
     assert AttentionSpec.parse(spec.name) == spec
     assert AttentionSpec.parse("qk=fp8") == AttentionSpec(qk="fp8")  # missing operands stay bf16
-    assert AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8,ds=bf16").name == "fp8"  # a preset by another name
-    assert AttentionSpec.parse("dsk=fp8,qk=fp8,pv=fp8,do=fp8").name == "fp8-dsk"  # fp8 with its dQ product in FP8
-    assert PRESETS["fp8"].dsk == "bf16" and PRESETS["fp8-dsk"] == AttentionSpec(qk="fp8", pv="fp8", do="fp8",
-                                                                                  dsk="fp8")
-    assert not PRESETS["fp8-dsk"].emulated and PRESETS["fp8-dsk"].fp8_dv and not PRESETS["fp8-dsk"].is_bf16
+    assert AttentionSpec.parse("dsk=fp8,qk=fp8,pv=fp8,do=fp8").name == "fp8"  # a preset by another name
+    assert AttentionSpec.parse("qk=fp8,pv=fp8,do=fp8,ds=bf16").name == "fp8-bf16dq"  # fp8's dQ product in bf16
+    assert PRESETS["fp8"].dsk == "fp8" and PRESETS["fp8-bf16dq"] == AttentionSpec(qk="fp8", pv="fp8", do="fp8")
+    assert not PRESETS["fp8"].emulated and PRESETS["fp8"].fp8_dv and not PRESETS["fp8"].is_bf16
     assert AttentionSpec.parse(spec) is spec
     assert spec.emulated and not PRESETS["fp8"].emulated and PRESETS["bf16"].is_bf16
 

@@ -18,7 +18,7 @@ from flamia_kernels import PRESETS, SEQ_BLOCK, flamia_attention, reference
 from flamia_kernels import formats as F
 from flamia_kernels.attention_operands import quantize_operand
 
-QUANTIZED = ["fp8", "fp8-dsk", "mxfp8", "nvfp4", "nvfp4-fp8"]  # every quantized preset
+QUANTIZED = ["fp8", "fp8-bf16dq", "mxfp8", "nvfp4", "nvfp4-fp8"]  # every quantized preset
 SEQ, DIM = 2 * SEQ_BLOCK, 64
 EDGES = [0, 1, 15, 16, 31, 32, 63, 64, SEQ_BLOCK - 1, SEQ_BLOCK]
 OPS = ("q", "k", "v")
@@ -187,7 +187,7 @@ def _fused_q(monkeypatch) -> None:
 LAUNCH_OPTIONS = {"half_tile_launches": (_half_tile_launches, (19, 20)), "fused_q": (_fused_q, (23, 24))}
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4-fp8"])
 @pytest.mark.parametrize("option", list(LAUNCH_OPTIONS))
 def test_prefix_triton_launch_options(option, spec, monkeypatch):
     """Tests 2, 3 and 5 on the Triton kernels under a launch option instead of the defaults."""
@@ -212,7 +212,7 @@ def _gpu_prefix_checks(spec, safe_seed: int, leaky_seed: int) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4-fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4-fp8"])
 @pytest.mark.parametrize("option", list(LAUNCH_OPTIONS))
 def test_prefix_gpu_launch_options(option, spec, monkeypatch):
     """test_prefix_gpu's Triton half under a launch option, for the two presets whose fp8 forward
@@ -223,7 +223,7 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pipe", [3, 2])
-@pytest.mark.parametrize("spec", ["fp8", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
 def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
     """test_prefix_gpu's Triton half with the forward on the sm_90 Gluon kernel (launch option
     "gluon", the fp8 fast path's default; its chained and fresh-product variants; GPU only: Gluon has
@@ -263,7 +263,7 @@ def test_prefix_gpu_gluon_backward(monkeypatch, ws_dkdv, ds_out):
         "ds_out": attention_bwd.DS_OUT_BUDGET if ds_out else 0, "fp8_dq": ds_out == "fp8", "ds_fp8": ds_out == "fp8"})
     monkeypatch.setattr(dkdv_module, "dkdv", lambda *a, **kw: calls.append(1) or dkdv(*a, **kw))
     monkeypatch.setattr(dq_module, dq_name, lambda *a, **kw: dq_calls.append(1) or dq(*a, **kw))
-    _gpu_prefix_checks("fp8", 27, 28)
+    _gpu_prefix_checks("fp8-bf16dq", 27, 28)
     assert calls, "the Gluon dK/dV kernel never ran"
     assert dq_calls, f"{dq_name} never ran"
 

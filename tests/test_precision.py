@@ -90,11 +90,11 @@ def test_one_gemm_of_one_op_in_a_range():
 
 def test_op_mapping_attention_operand_and_later_wins():
     rows = table("precision=fp8", "+precision.layers.L1={qkv: bf16, attention: nvfp4}",
-                 "+precision.layers.first2=mxfp8", "+precision.layers.Lm1.attention.ds=fp8",
-                 "+precision.layers.L3.attention.dsk=fp8", "+precision.layers.L4={attention: fp8-dsk}")
+                 "+precision.layers.first2=mxfp8", "+precision.layers.Lm1.attention={ds: fp8, dsk: bf16}",
+                 "+precision.layers.L3.attention.dsk=bf16", "+precision.layers.L4={attention: fp8-bf16dq}")
     assert rows[0][1:] == ["mxfp8"] * 5 and rows[1][1:] == ["mxfp8"] * 5  # first2 came after L1
     assert rows[5][1] == "qk=fp8,pv=fp8,do=fp8,ds=fp8" and rows[5][2] == "fp8"
-    assert rows[3][1] == rows[4][1] == "fp8-dsk" and rows[2][1] == "fp8"  # fp8 with its dQ product in FP8
+    assert rows[3][1] == rows[4][1] == "fp8-bf16dq" and rows[2][1] == "fp8"  # fp8 with its dQ product in bf16
 
 
 def test_attention_only_and_linear_only_strings():
@@ -120,9 +120,8 @@ BAD = [
     (["+precision.layers.L1.qkv.xgrad=fp8"], "precision.layers.L1.qkv.xgrad"),  # unknown GEMM
     (["+precision.layers.L1.attention.qq=fp8"], "precision.layers.L1.attention.qq"),
     (["+precision.layers.L1.attention.dsk=nvfp4"], "precision.layers.L1.attention.dsk"),  # dsk: bf16 or fp8
-    # fp8-dsk's FP8 dQ product (dsk=fp8) needs ds=bf16: the override must say dsk too
-    (["precision=fp8", "precision.default.attention=fp8-dsk", "+precision.layers.L1.attention.ds=fp8"],
-     "precision.layers.L1"),
+    # fp8's FP8 dQ product (dsk=fp8) needs ds=bf16: the override must say dsk=bf16 too
+    (["precision=fp8", "+precision.layers.L1.attention.ds=fp8"], "precision.layers.L1"),
     (["precision.default.mlp_up=fp9"], "precision.default.mlp_up"),
     (["+precision.layers.middle=bf16"], "precision.layers.middle"),  # unknown selector
     (["+precision.layers.L6=bf16"], "precision.layers.L6"),  # a layer that does not exist

@@ -50,7 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--calls", type=int, default=6)
-    ap.add_argument("--presets", default="fp8;fp8-dsk")
+    ap.add_argument("--presets", default="fp8;fp8-bf16dq")
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
