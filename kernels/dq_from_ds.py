@@ -21,9 +21,9 @@ bit-identical to the dQ kernel's (tests/test_attention_gpu.py, `test_gpu_ds_out_
 at S = 8k, B×H = 64 it reads the 4.4 GB buffer at 2.55 TB/s (1.66–1.71 ms; a copy of the buffer runs at 3.0 TB/s
 read + write) where the dQ kernel took 2.2 ms (docs/benchmarks.md, session 25).
 
-With spec part dsk=fp8 (the preset fp8 since session 31; launch options fp8_dq and ds_fp8 — session 26's code gave a NaN dQ on
-its first run, fixed in the dK/dV kernel's stores by 76c5eff; on the H200 at 0c21fd0 this kernel takes 738 µs at 8k
-where the bf16 buffer's takes 1354, session 28) the buffer holds E4M3(dS·s_k/ρ)
+With spec part dsk=fp8 (the preset fp8 since session 31; launch options fp8_dq and ds_fp8 — session 26's code gave a
+NaN dQ on its first run, fixed in the dK/dV kernel's stores by 76c5eff; on the H200 at 0c21fd0 this kernel takes
+738 µs at 8k where the bf16 buffer's takes 1354, session 28) the buffer holds E4M3(dS·s_k/ρ)
 under the queries' bound scales ρ (`reference.dq_row_scale`, powers of two known before the backward), half the bytes
 each way, and dQ =
 ρ · sm_scale · Σ tiles·K8 is one FP8 product a key block against K's bytes K-major (K8ᵀ and its token-block copy's):
