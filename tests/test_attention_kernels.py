@@ -34,16 +34,16 @@ def _rel(a, b):
 
 
 CASES = [  # spec, (B, Hq, Hkv, S, D), causal, safeguards
-    ("fp8", (2, 4, 2, 256, 64), True, True),
+    ("fp8-bf16dq", (2, 4, 2, 256, 64), True, True),
     ("mxfp8", (2, 4, 2, 256, 64), True, True),
     ("nvfp4", (2, 4, 2, 256, 64), True, True),
     ("nvfp4-fp8", (2, 4, 2, 256, 64), True, True),
-    ("fp8", (2, 2, 1, 384, 128), True, True),  # D = 128, S not a power of two
+    ("fp8-bf16dq", (2, 2, 1, 384, 128), True, True),  # D = 128, S not a power of two
     ("mxfp8", (1, 2, 2, 384, 128), True, True),
     ("qk=fp8,pv=fp8,do=bf16,ds=fp8", (1, 2, 1, 256, 64), True, True),
     ("qk=bf16,pv=mxfp8,do=nvfp4,ds=nvfp4", (1, 2, 1, 256, 64), True, True),
     ("qk=nvfp4,pv=bf16,do=bf16,ds=mxfp8", (1, 2, 1, 256, 64), True, True),
-    ("fp8", (1, 2, 1, 256, 64), False, True),  # non-causal
+    ("fp8-bf16dq", (1, 2, 1, 256, 64), False, True),  # non-causal
     ("nvfp4-fp8", (1, 2, 1, 256, 64), True, False),  # the leaky variant computes the same leaky math
 ]
 
@@ -59,7 +59,7 @@ def test_triton_matches_reference(spec, shape, causal, safeguards):
     assert tri[2].shape == k.shape and tri[3].shape == v.shape
 
 
-@pytest.mark.parametrize("spec", ["fp8", "nvfp4"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "nvfp4"])
 def test_lse_matches_reference(spec):
     q, k, v, _ = _inputs(2, 2, 1, 256, 64, seed=4)
     o_t, lse_t = attn.attention_lse(q.detach(), k.detach(), v.detach(), spec)
@@ -73,7 +73,7 @@ def test_fp8_saved_activations_at_most_055_of_bf16(d, hq, hkv):
     """What the fp8 forward keeps for the backward vs what a bf16 flash attention keeps
     (Q, K, V, O in bf16 and an fp32 LSE per query row)."""
     q, k, v, _ = _inputs(1, hq, hkv, 128, d, seed=d + hq)
-    fp8 = attn.saved_bytes(q, k, v, "fp8")
+    fp8 = attn.saved_bytes(q, k, v, "fp8-bf16dq")
     bf16 = 2 * (2 * q.numel() + k.numel() + v.numel()) + 4 * q.numel() // d
     assert fp8 <= 0.55 * bf16, f"{fp8} bytes = {fp8 / bf16:.3f} x bf16"
 
@@ -82,7 +82,7 @@ def test_backward_sub_tile_32_matches_reference():
     """The GPU's default backward sub-tile for dS in bf16 (32; the interpreter uses DS_TILE)."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=8)
     args = backward_args(spec, q, k, v, do)
     got = attention_bwd.backward(*args, config={"num_warps": 4, "num_stages": 1, "sub": 32})
@@ -95,8 +95,8 @@ def test_backward_sub_tile_32_matches_reference():
 
 
 @pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [
-    ("fp8", True, True, 4, 2), ("fp8", False, True, 2, 1), ("fp8", True, False, 2, 1), ("nvfp4-fp8", True, True, 2, 2),
-    ("qk=fp8,pv=fp8,do=fp8,ds=fp8", True, True, 2, 1)])
+    ("fp8-bf16dq", True, True, 4, 2), ("fp8-bf16dq", False, True, 2, 1), ("fp8-bf16dq", True, False, 2, 1),
+    ("nvfp4-fp8", True, True, 2, 2), ("qk=fp8,pv=fp8,do=fp8,ds=fp8", True, True, 2, 1)])
 def test_backward_half_tile_dq_programs_match(spec, causal, safeguards, hq, hkv):
     """Launch option bm = 64 (dQ programs of half the forward's query tile): each row still reads the
     per-token K and V over its whole forward key tile and the token-block copies off it, so dQ is the
@@ -120,7 +120,7 @@ def test_backward_dq_stream_option():
     refused before any launch, with the key, the value and what is allowed."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(1, 2, 2, 256, 64, seed=37)
     args = backward_args(spec, q, k, v, do)
     cfg = {"num_warps": 4, "num_stages": 1}
@@ -139,7 +139,7 @@ def test_backward_ds_out_option():
     allowed. The budget's arithmetic: S² + 128·S bytes a query head, whole K / V heads per chunk."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(1, 2, 2, 256, 64, seed=41)
     args = backward_args(spec, q, k, v, do)
     cfg = {"num_warps": 4, "num_stages": 1}
@@ -205,7 +205,7 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, b
     Hkv = 2 K / V heads, GQA 2. (On the CPU there is no side stream: the launches' order is the one-stream order.)"""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     b, hq, hkv, seq, g = 2, 4, 2, 256, 2
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=47)
     args = backward_args(spec, q, k, v, do)
@@ -281,7 +281,7 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(monkeypatch):
     bool is refused."""
     from flamia_kernels import attention_bwd, attention_bwd_copies, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     b, hq, hkv, seq = 1, 2, 2, 256
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
     args = list(backward_args(spec, q, k, v, do))
@@ -335,7 +335,7 @@ def test_forward_saves_k_block_scales(safeguards):
     from flamia_kernels.attention_operands import Operand, off_diagonal
 
     q, k, v, _ = _inputs(2, 4, 2, 384, 64, seed=71)
-    o = flamia_attention(q, k, v, "fp8", safeguards=safeguards)
+    o = flamia_attention(q, k, v, "fp8-bf16dq", safeguards=safeguards)
     saved = o.grad_fn.saved_tensors
     kbs = saved[-3]
     if not safeguards:
@@ -347,7 +347,7 @@ def test_forward_saves_k_block_scales(safeguards):
     assert kbs.untyped_storage().data_ptr() == saved[2].untyped_storage().data_ptr()
     docs = torch.zeros(2, 384, dtype=torch.int32)
     docs[:, 200:] = 1
-    assert flamia_attention(q, k, v, "fp8", doc_ids=docs).grad_fn.saved_tensors[-3] is None
+    assert flamia_attention(q, k, v, "fp8-bf16dq", doc_ids=docs).grad_fn.saved_tensors[-3] is None
 
 
 @pytest.mark.parametrize("b,hq,hkv,seq,pre", [(2, 4, 2, 384, False), (1, 2, 2, 256, True)])
@@ -360,7 +360,7 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
 
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=seq + pre)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(spec, q, k, v, do, sm_scale=sm)
@@ -381,8 +381,8 @@ def test_fp8_dq_in_the_triton_dq_kernel_matches_the_reference(b, hq, hkv, seq, p
         attention_bwd.backward(*args, config={**cfg, "fp8_dq": True, "dq": "atomic"})
 
 
-def test_fp8_dsk_preset_runs_the_fp8_dq_product():
-    """Spec part dsk=fp8 (the preset fp8-dsk) makes the FP8 dQ product the default: the backward at its default
+def test_fp8_preset_runs_the_fp8_dq_product():
+    """Spec part dsk=fp8 (the preset fp8) makes the FP8 dQ product the default: the backward at its default
     launch gives the bits of fp8 with launch option fp8_dq=True, and fp8's bits with fp8_dq=False; the reference
     follows the spec alike (`backward_math`'s fp8_dq defaults to it). The atomic dQ, which sums bf16 dS, and a fp8_dq
     that is not a bool are refused, naming the key, the value and what is allowed."""
@@ -390,7 +390,7 @@ def test_fp8_dsk_preset_runs_the_fp8_dq_product():
 
     from flamia_kernels import attention_bwd
 
-    fp8, dsk = AttentionSpec.parse("fp8"), AttentionSpec.parse("fp8-dsk")
+    fp8, dsk = AttentionSpec.parse("fp8-bf16dq"), AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(1, 4, 2, 256, 128, seed=83)
     sm = 1.0 / math.sqrt(128)
     args = backward_args(dsk, q, k, v, do, sm_scale=sm)
@@ -424,7 +424,7 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
     from flamia_kernels.attention_operands import Operand, backward_delta, prepare_forward, quantize_operand
     from flamia_kernels.document import doc_tables
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     b, hq, hkv, seq = 2, 4, 2, 256
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=71 + causal)
     doc_ids = torch.tensor([[0] * 100 + [1] * 156, [0] * 256])
@@ -452,7 +452,7 @@ def test_fp8_dq_with_documents_matches_the_reference(causal):
 
 
 def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
-    """The host side of fp8-dsk's ds_out (dsk=fp8: fp8_dq and ds_fp8 by default; the kernels are sm_90 only,
+    """The host side of fp8's ds_out (dsk=fp8: fp8_dq and ds_fp8 by default; the kernels are sm_90 only,
     stand-ins record what they get): the dS buffer
     is fp8 and half the bf16 one's size, the dK/dV kernel finds 1/ρ in its statistics' row DS_IRHO_ROW, and
     `dq_from_ds` gets K's and its copy's bytes K-major in the buffer's key order and ρ — the reference's bound scales —
@@ -460,7 +460,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
     from flamia_kernels.attention_bwd_gluon import DS_IRHO_ROW, DS_KEY_ORDER
 
-    spec = AttentionSpec.parse("fp8-dsk")
+    spec = AttentionSpec.parse("fp8")
     b, hq, hkv, seq = 2, 4, 2, 256
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
     args = backward_args(spec, q, k, v, do)
@@ -496,12 +496,12 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
 
 
 def test_ds_fp8_false_keeps_the_fp8_dq_product_off_the_ds_buffer(monkeypatch):
-    """Launch option ds_fp8=False (fp8-dsk's dQ product still FP8) runs it on the dQ kernel: the ws dK/dV kernel
+    """Launch option ds_fp8=False (fp8's dQ product still FP8) runs it on the dQ kernel: the ws dK/dV kernel
     gets no dS buffer and `dq_from_ds` is not called; ds_fp8 without fp8_dq, or not a bool, is refused naming the
     key, the value and what is allowed."""
     from flamia_kernels import attention_bwd, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8-dsk")
+    spec = AttentionSpec.parse("fp8")
     q, k, v, do = _inputs(1, 2, 2, 256, 128, seed=59)
     args = backward_args(spec, q, k, v, do)
     seen = []
@@ -537,7 +537,7 @@ def test_ds_out_budget_from_the_environment(monkeypatch):
     q, k, v, _ = _inputs(1, 2, 2, 256, 64, seed=43)
     q.requires_grad_(True)
     with pytest.raises(ValueError, match="FLAMIA_DS_OUT_BYTES='': allowed a byte count"):
-        flamia_attention(q, k, v, "fp8")
+        flamia_attention(q, k, v, "fp8-bf16dq")
 
 
 @pytest.mark.parametrize("causal,safeguards,hq,hkv,half", [
@@ -550,7 +550,7 @@ def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half
     whose operands are not all fp8 is refused with the option named."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(2, hq, hkv, 384, 64, seed=31 + hq + causal)
     args = backward_args(spec, q, k, v, do, causal=causal, safeguards=safeguards)
     cfg = {"num_warps": 4, "num_stages": 1, "sub": 32, **({"bn": 64, "bm": 64} if half else {})}
@@ -574,7 +574,7 @@ def test_forward_fused_q_quantization_matches_the_prepass(causal, bm):
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=31)
     q = q.detach().clone()
     with torch.no_grad():
@@ -598,15 +598,15 @@ def test_fused_q_launch_option_end_to_end(monkeypatch):
     from flamia_kernels import attention_fwd
 
     q, k, v, do = _inputs(2, 4, 2, 256, 64, seed=33)
-    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8-bf16dq", True, True)
     default = attention_fwd.launch_config
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**default(d, emulated), "fuse_q": True})
-    fused = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    fused = _fwd_bwd(flamia_attention, q, k, v, do, "fp8-bf16dq", True, True)
     for a, b in zip(fused, base, strict=True):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("spec", ["fp8", "qk=fp8,pv=fp8,do=bf16,ds=bf16"])
+@pytest.mark.parametrize("spec", ["fp8-bf16dq", "qk=fp8,pv=fp8,do=bf16,ds=bf16"])
 def test_forward_without_gradients_skips_the_saved_copies(spec, monkeypatch):
     """A forward nothing will differentiate (no_grad, or inputs without requires_grad) returns the same
     O bit for bit, but the kernel writes no fp8 copy of O (it only feeds the backward's delta) and the
@@ -632,7 +632,7 @@ def test_fuses_q_follows_the_launch_option_and_the_spec(monkeypatch):
     from flamia_kernels import attention_fwd
 
     q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
-    fp8, nvfp4_fp8 = AttentionSpec.parse("fp8"), AttentionSpec.parse("nvfp4-fp8")
+    fp8, nvfp4_fp8 = AttentionSpec.parse("fp8-bf16dq"), AttentionSpec.parse("nvfp4-fp8")
     assert not attention_fwd.fuses_q(q, fp8, True, True, False)  # CPU: the Triton kernel, the pre-pass's Q
     default = attention_fwd.launch_config
     for option in (True, False):
@@ -648,7 +648,7 @@ def test_half_tile_launches_combine_with_the_other_options():
     block-pointer loads, and dQ added atomically from half-tile dK/dV programs."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     plain, both = _forward_launches(spec, True, True, 29, {"bm": 64, "BPTR": True})
     assert _rel(both[0], plain[0]) <= 1e-6 and torch.equal(both[2], plain[2])
     q, k, v, do = _inputs(1, 4, 2, 384, 64, seed=29)
@@ -665,7 +665,7 @@ def test_backward_dq_kernel_has_its_own_launch():
     each alone): dQ's key sub-tiles change only its fp32 summation order; dK and dV are untouched."""
     from flamia_kernels import attention_bwd
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, do = _inputs(1, 2, 1, 256, 64, seed=12)
     args = backward_args(spec, q, k, v, do)
     want = attention_bwd.backward(*args)
@@ -680,7 +680,7 @@ def test_backward_dq_kernel_has_its_own_launch():
         attention_bwd.backward(*args, config={"dq_sub": 48})
 
 
-@pytest.mark.parametrize("spec,causal,hq,hkv", [("fp8", True, 4, 2), ("fp8", False, 2, 1),
+@pytest.mark.parametrize("spec,causal,hq,hkv", [("fp8-bf16dq", True, 4, 2), ("fp8-bf16dq", False, 2, 1),
                                                   ("nvfp4-fp8", True, 2, 2), ("mxfp8", True, 2, 1)])
 def test_backward_atomic_dq_matches_the_dq_kernel(spec, causal, hq, hkv):
     """dS in bf16: dQ summed atomically in the dK/dV kernel (config dq="atomic") against the default
@@ -704,7 +704,7 @@ def test_backward_atomic_dq_refused_in_deterministic_mode():
     try:
         torch.use_deterministic_algorithms(True)
         with pytest.raises(RuntimeError, match="dq='atomic'.*run-dependent order.*use dq='kernel'"):
-            _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "atomic"})
+            _backward_with(AttentionSpec.parse("fp8-bf16dq"), q, k, v, {"dq": "atomic"})
     finally:
         torch.use_deterministic_algorithms(was)
 
@@ -715,7 +715,7 @@ def test_backward_atomic_dq_refuses_scaled_ds():
     with pytest.raises(ValueError, match="dq='atomic' needs dS in bf16.*ds=fp8"):
         _backward_with(AttentionSpec.parse("qk=fp8,pv=fp8,ds=fp8"), q, k, v, {"dq": "atomic"})
     with pytest.raises(ValueError, match="dq='fast'.*allowed kernel, atomic"):
-        _backward_with(AttentionSpec.parse("fp8"), q, k, v, {"dq": "fast"})
+        _backward_with(AttentionSpec.parse("fp8-bf16dq"), q, k, v, {"dq": "fast"})
 
 
 def _forward_launches(spec, causal: bool, safeguards: bool, seed: int, variant: dict):
@@ -732,7 +732,8 @@ def _forward_launches(spec, causal: bool, safeguards: bool, seed: int, variant: 
     return run({}), run(variant)
 
 
-@pytest.mark.parametrize("spec,causal", [("fp8", True), ("fp8", False), ("nvfp4-fp8", True), ("mxfp8", True)])
+@pytest.mark.parametrize("spec,causal", [("fp8-bf16dq", True), ("fp8-bf16dq", False), ("nvfp4-fp8", True),
+                                         ("mxfp8", True)])
 def test_forward_block_pointer_option_is_bit_identical(spec, causal):
     """Launch option BPTR (block-pointer K / Vᵀ loads off the diagonal) reads the same bytes."""
     plain, bptr = _forward_launches(AttentionSpec.parse(spec), causal, True, 21, {"BPTR": True})
@@ -740,8 +741,9 @@ def test_forward_block_pointer_option_is_bit_identical(spec, causal):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
-@pytest.mark.parametrize("spec,causal,safeguards", [("fp8", True, True), ("fp8", False, True), ("fp8", True, False),
-                                                   ("nvfp4-fp8", True, True), ("mxfp8", False, True)])
+@pytest.mark.parametrize("spec,causal,safeguards", [("fp8-bf16dq", True, True), ("fp8-bf16dq", False, True),
+                                                   ("fp8-bf16dq", True, False), ("nvfp4-fp8", True, True),
+                                                   ("mxfp8", False, True)])
 def test_forward_half_tile_programs_match(spec, causal, safeguards):
     """Launch option bm = 64 (programs of half the tile's query rows): every row meets the same key
     tiles in the same order with the same scales, so O, the statistics and O's fp8 copy are the
@@ -757,8 +759,9 @@ def test_forward_half_tile_programs_match(spec, causal, safeguards):
 
 
 @pytest.mark.parametrize("spec,causal,safeguards,hq,hkv", [
-    ("fp8", True, True, 4, 2), ("fp8", False, True, 2, 1), ("nvfp4-fp8", True, True, 2, 2),
-    ("mxfp8", True, True, 2, 1), ("fp8", True, False, 2, 1), ("qk=fp8,pv=bf16,do=fp8,ds=bf16", True, True, 2, 1)])
+    ("fp8-bf16dq", True, True, 4, 2), ("fp8-bf16dq", False, True, 2, 1), ("nvfp4-fp8", True, True, 2, 2),
+    ("mxfp8", True, True, 2, 1), ("fp8-bf16dq", True, False, 2, 1),
+    ("qk=fp8,pv=bf16,do=fp8,ds=bf16", True, True, 2, 1)])
 def test_backward_half_tile_programs_match(spec, causal, safeguards, hq, hkv):
     """Launch option bn = 64 (dK/dV programs of half the forward's key tile, the V fold's row
     factors precomputed over the whole tile) gives the default's dK, dV: the same arithmetic,
@@ -779,7 +782,7 @@ def test_backward_half_tile_programs_match(spec, causal, safeguards, hq, hkv):
 
 def test_backward_half_tile_option_errors():
 
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")
     q, k, v, _ = _inputs(1, 2, 1, 128, 64, seed=3)
     with pytest.raises(ValueError, match="bn=32: allowed 128 .* or 64"):
         _backward_with(spec, q, k, v, {"bn": 32, "sub": 32})
@@ -826,8 +829,8 @@ def test_cpu_without_interpreter_runs_the_reference(monkeypatch):
     """Dispatch: where Triton cannot run, a quantized spec runs reference.attention."""
     q, k, v, do = _inputs(1, 2, 1, 128, 64, seed=9)
     monkeypatch.setattr(attn, "can_run_triton", lambda x: False)
-    got = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    want = _fwd_bwd(reference.attention, q, k, v, do, "fp8", True, True)
+    got = _fwd_bwd(flamia_attention, q, k, v, do, "fp8-bf16dq", True, True)
+    want = _fwd_bwd(reference.attention, q, k, v, do, "fp8-bf16dq", True, True)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
 

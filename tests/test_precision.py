@@ -66,7 +66,7 @@ def test_preset_tables():
     assert column(nvfp4, "attention") == ["bf16"] + ["nvfp4"] * 4 + ["bf16"]  # first and last layer in bf16
     assert column(nvfp4, "mlp_down") == ["bf16"] + ["nvfp4"] * 4 + ["bf16"]
     flamia = table("precision=flamia")
-    assert column(flamia, "attention") == ["bf16"] + ["fp8"] * 4 + ["bf16"]  # first and last layer in bf16
+    assert column(flamia, "attention") == ["bf16"] + ["fp8-bf16dq"] * 4 + ["bf16"]  # first and last layer in bf16
     assert flamia[2][4] == "fprop=nvfp4,dgrad=nvfp4,wgrad=fp8" and flamia[2][2] == "fp8"
     assert column(flamia, "mlp_down") == ["bf16"] + ["fprop=nvfp4,dgrad=nvfp4,wgrad=fp8"] * 4 + ["bf16"]
 
