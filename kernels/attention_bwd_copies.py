@@ -232,8 +232,11 @@ def pre_eligible(q, k, v, do, spec) -> bool:
 # the joint program's 8 at 122 registers) and V's at 8: on the H200 at S = 8k, B×H = 64 (session10_final.sh,
 # torch.profiler, two rounds) 113.1 + 86.8 / 113.6 + 86.9 µs against 295.2 / 304.2 µs for one launch (the
 # same bytes: tests/test_attention_bwd_copies.py, test_gpu_backward_deferred_copies_are_bit_identical).
+# K's half as K-major bytes (k_t: the fp8 dS buffer's dQ product, the `fp8` preset's) at 4 warps: there it moves
+# 16-bit words across the tile (`_store_bytes_transposed`), and fewer threads a program went faster — 139.3 µs at 4
+# warps, 164.3 at 8, 173.8 at 16, 189.6 at 32 (H100, S = 8k, B×H = 64, session 31, launch_gaps.py; the same bytes).
 KEY_COPIES_SPLIT = True
-KEY_COPIES_WARPS = {"k": 16, "v": 8}
+KEY_COPIES_WARPS = {"k": 16, "k_t": 4, "v": 8}
 
 
 # launched through `relaunch.Relaunch` (host time a backward): Triton's launch path once per plan
@@ -310,7 +313,7 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     flags = dict(D=d, BR=rows, K_OFF=k.off is not None, K_REQ=k_req, V_OFF=v.off is not None, V_REQ=v_req,
                  TINY=FP8_TINY, K_T=k_t)
     if KEY_COPIES_SPLIT or fold_k:  # K's and V's halves as two launches, each at its own warps
-        for part, do_k in (("k", True), ("v", False))[fold_k:]:
+        for part, do_k in (("k_t" if k_t else "k", True), ("v", False))[fold_k:]:
             _KEY_COPIES_LAUNCH((seq // rows, b * hkv), key_args, dict(**flags, DO_K=do_k, DO_V=not do_k),
                                dict(num_warps=warps if INTERPRET else KEY_COPIES_WARPS[part]))
     else:

@@ -65,7 +65,7 @@ def variants(qz):
                 "VT": "*u8", "VS": "*fp32", "VBT": "*u8", "KBF": "*u8", "KBBF": "*u8", "VR": "*u8",
                 "VBR": "*u8", "VBS": "*fp32", "S": "i32"},
                {"D": 128, "BR": 128, "K_OFF": True, "K_REQ": k_req, "V_OFF": True, "V_REQ": False, "TINY": tiny,
-                "DO_K": True, "DO_V": False, "K_T": True}, copies.KEY_COPIES_WARPS["k"])
+                "DO_K": True, "DO_V": False, "K_T": True}, copies.KEY_COPIES_WARPS["k_t"])
     from flamia_kernels import dq_row_scale
 
     # ρ of an FP8 dQ product (ds_out with fp8_dq): dO's bytes, the statistics, K's and V's scales
