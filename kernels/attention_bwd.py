@@ -427,6 +427,10 @@ DQ_MODES = ("kernel", "atomic")
 # launch option fold_k's default on the fast path (module-level so that a whole training run can be A/B'd through
 # scripts/device/with_constants.py attention_bwd.FOLD_K=False: the same bits either way)
 FOLD_K = True
+# ...and over the fp8 dS buffer (the `fp8` preset's FP8 dQ product), where the kernel writes K's bytes K-major in the
+# buffer's key order instead of bf16 rows (`attention_dkdv_ws._store_k_bytes_t`); the copies pass's K half it
+# replaces took 138 µs at 8k on an H100 (session 31)
+FOLD_K_T = True
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
@@ -504,11 +508,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     beside the next chunk's dK/dV kernel (`_dkdv_and_dq_from_ds`): the same launches, the same bits. Built in session
     29 on the idea that a memory-bound kernel hides beside one bound by its products; timed in session 30 on an H100
     it made fwd + bwd 2–4% slower at 8k / 16k (a `dq_from_ds` program takes a dK/dV program's place on its SM).
-    "fold_k" (the fast path's default; where ds_out runs over a bf16 buffer with K's copy deferred and its block
-    scales saved, as the autograd backward gives them): the ws dK/dV kernel writes K's bf16 rows for `dq_from_ds`
-    (KBF, KBBF) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so
-    the copies pass skips K's half (111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
-    KBBF); the same bits. Session 30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
+    "fold_k" (the fast path's default; where ds_out runs with K's copy deferred and its block scales saved, as the
+    autograd backward gives them): the ws dK/dV kernel writes K's copies for `dq_from_ds` (KBF, KBBF: bf16 rows over
+    a bf16 buffer; over the fp8 one, where FOLD_K_T allows, K's E4M3 bytes K-major) and re-quantizes K's token-block
+    copy from the per-token rows it already holds in shared memory, so the copies pass skips K's half (bf16: 111 µs
+    at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits. Session 30, H100, 8k:
+    ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -614,8 +619,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
         ds_buf = None if any(x is None for x in ds_buf) else ds_buf
         ds_heads = ds_heads if ds_buf is not None else 0
     stats = query_stats(q) if on_gluon and which != "dq" else None  # the Gluon dK/dV kernel's TMA source
-    # fold_k where it applies: the bf16 dS buffer's backward with K's copy deferred and its block scales saved
-    fold_k = fold_k and pre and bool(ds_heads) and not fp8_dq and deferred_with_scales(k)
+    # fold_k where it applies: the dS buffer's backward (bf16, or fp8 with K's bytes K-major) with K's copy deferred
+    # and its block scales saved
+    fold_k = fold_k and pre and bool(ds_heads) and deferred_with_scales(k) and (FOLD_K_T or not fp8_dq)
     if pre:
         qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
                                                            k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k)

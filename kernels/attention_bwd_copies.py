@@ -10,7 +10,8 @@ once per row, before the kernels run:
                                              (D contiguous), the forward stores Vᵀ
 
 and, for the Gluon dK/dV kernel, each query's statistics (`query_stats`). With launch option fold_k (the fast
-path's default over a bf16 dS buffer) the ws dK/dV kernel makes KBF and KBBF itself and K's half is not run.
+path's default) the ws dK/dV kernel makes KBF and KBBF itself — bf16 rows, or K-major E4M3 bytes for the FP8 dQ
+product — and K's half is not run.
 The dV product needs no copy
 here: it is an FP8 product on this path (`AttentionSpec.fp8_dv`) whose B operand, dO's bytes K-major,
 dO's pre-pass writes (`quantize.quantize_fp8_per_token_with_delta(transposed=True)`); until session 16 it
@@ -259,8 +260,9 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     K-major, [B, Hkv, D, S] with the tokens of each 16 in the fp8 dS buffer's key order
     (`attention_bwd_gluon.DS_KEY_ORDER`), in place of the bf16 rows that product does not read.
     fold_k (launch option fold_k of `attention_bwd.backward`): K's half is not run — the ws dK/dV kernel writes KBF
-    and KBBF into the buffers returned here and derives K's deferred copy itself (`attention_dkdv_ws._fold_k_copy`)
-    — so KB is None and KBS k.off.scale, the block scales the forward saved."""
+    and KBBF (bf16 rows, or with k_t K-major bytes) into the buffers returned here and derives K's deferred copy
+    itself (`attention_dkdv_ws._fold_k_copy`) — so KB is None and KBS k.off.scale, the block scales the forward
+    saved."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)
@@ -272,9 +274,9 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     # where the block is a power of two; else the separate pass computes it first
     k, v = (op if op.off is None or not op.off.deferred or QZ._is_pow2(op.off.block) else
             materialize_off_diagonal(op, QZ) for op in (k, v))
-    if fold_k and (k_t or not deferred_with_scales(k)):
+    if fold_k and not deferred_with_scales(k):
         raise ValueError("bf16_copies(fold_k=True): K's token-block copy must be deferred with its block scales "
-                         "given (k.off.scale), and KBF, KBBF bf16 rows (k_t=False)")
+                         "given (k.off.scale)")
     k_req = k.off is not None and k.off.deferred and not fold_k
     v_req = v.off is not None and v.off.deferred
     if k_req or v_req:

@@ -138,7 +138,31 @@ if HAS_GLUON:
         gl.store(X + rows, k_s.load(L).to(gl.bfloat16))
 
     @gluon.jit
-    def _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, L: gl.constexpr):
+    def _store_k_bytes_t(k_s, XT, bhk, S, first, L: gl.constexpr):
+        """FOLD_K with K_T (the FP8 dQ product): the E4M3 rows in k_s to XT [B·Hkv, D, S] K-major, the keys of each 16
+        in the fp8 dS buffer's order (`attention_bwd_gluon.DS_KEY_ORDER`: key 16w + 8h + g at place 16w + 2g + h), as
+        `attention_bwd_copies._store_bytes_transposed` writes copies' KBF / KBBF. Each thread loads 16 bytes of a row
+        (one vector of the swizzled tile) and stores them byte by byte down D: a warp's store covers 8 rows of XT,
+        4 keys each, and a thread writes each of its rows' bytes once."""
+        BN: gl.constexpr = k_s.shape[0]
+        D: gl.constexpr = k_s.shape[1]
+        offs_r = gl.arange(0, BN, layout=gl.SliceLayout(1, L))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, L))
+        place = first + (offs_r // 16) * 16 + (offs_r % 8) * 2 + (offs_r % 16) // 8
+        head = XT + bhk.to(gl.int64) * D * S  # 64-bit once; within a head D·S bytes fit 32 bits
+        gl.store(head + offs_d[None, :] * S + place[:, None], k_s.load(L))
+
+    @gluon.jit
+    def _store_k_copy(k_s, X, bhk, S, first, L: gl.constexpr, K_T: gl.constexpr):
+        """K's rows in k_s for `dq_from_ds`: bf16 rows (`_store_k_rows_bf16`) or, with K_T, E4M3 bytes K-major
+        (`_store_k_bytes_t`)."""
+        if K_T:
+            _store_k_bytes_t(k_s, X, bhk, S, first, L)
+        else:
+            _store_k_rows_bf16(k_s, X, bhk, S, first, L)
+
+    @gluon.jit
+    def _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, L: gl.constexpr, K_T: gl.constexpr):
         """FOLD_K, once every product on K's per-token rows has retired (their bf16 copy KBF written at the program's
         start): those rows re-quantized in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel`
         (K_REQ) writes KB from the same bytes — x = E4M3 value · s_k per element, x / kbs by
@@ -156,7 +180,7 @@ if HAS_GLUON:
         rem = gl.fma(q0, one * rem_scale, x * -1.0)  # negated: keeps -0
         v = gl.fma(rem, one * (rcp * -1.0), q0)  # -rcp by a product: -0 where rcp = +0 (0 - rcp would give +0)
         _store_e4m3(k_s, v, kbs < float("inf"))  # a NaN or infinite kbs: some quotient may be NaN
-        _store_k_rows_bf16(k_s, KBBF, bhk, S, first, L)
+        _store_k_copy(k_s, KBBF, bhk, S, first, L, K_T)
         fence_async_shared()  # the generic-proxy stores, seen by the products (async proxy)
         gl.thread_barrier()
 
@@ -171,7 +195,7 @@ if HAS_GLUON:
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, KBF, KBBF,
                   qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
                   TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr,
-                  FOLD_K: gl.constexpr):
+                  FOLD_K: gl.constexpr, K_T: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -207,8 +231,8 @@ if HAS_GLUON:
         if FOLD_K:  # read now, not where the copy is made: one scalar held over the diagonal's sub-tiles
             kbs = gl.load(KBS + rb)
         mbarrier.wait(kv_ready, 0)
-        if FOLD_K:  # K's per-token rows as bf16 for `dq_from_ds` now, while the first sub-tile's copies are in flight
-            _store_k_rows_bf16(k_s, KBF, bhk, S, first, K_L)
+        if FOLD_K:  # K's per-token rows for `dq_from_ds` now, while the first sub-tile's copies are in flight
+            _store_k_copy(k_s, KBF, bhk, S, first, K_L, K_T)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
         for g in range(G):  # the query heads sharing this K / V head, in the producer's order
@@ -227,7 +251,7 @@ if HAS_GLUON:
 
         # off the diagonal: the token-block copies
         if FOLD_K:  # K's copy from its per-token rows, while the producer's TMA brings V's
-            _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, K_L)
+            _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, K_L, K_T)
         else:
             kbs = gl.load(KBS + rb)
         vbs = gl.load(VBS + rb)
@@ -250,7 +274,7 @@ if HAS_GLUON:
                         BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False,
-                        FOLD_K: gl.constexpr = False):
+                        FOLD_K: gl.constexpr = False, K_T: gl.constexpr = False):
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         if DS_OUT:  # two tiles of dS·s_k on their way to the dS buffer (`_store_ds`)
@@ -270,7 +294,7 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
                          KBF, KBBF, qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT,
-                         FOLD_K)),
+                         FOLD_K, K_T)),
             (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
                          smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0, BN, BM, TB,
                          STAGES, STATS_ROWS, FP8_DK, FOLD_K))],
@@ -299,9 +323,12 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, kbf, kbbf, vr, vbr = copies
-    if fold_k and (not deferred_with_scales(k) or kbf.dtype != torch.bfloat16):
+    k_t = kbf.dtype == torch.float8_e4m3fn  # the FP8 dQ product's operand: K's bytes K-major
+    if fold_k and (not deferred_with_scales(k) or kbf.dtype not in (torch.bfloat16, torch.float8_e4m3fn)
+                   or kbf.shape[-2:] != ((d, seq) if k_t else (seq, d))):
         raise ValueError("dkdv(fold_k=True): K's token-block copy must be deferred with its block scales given "
-                         "(k.off.scale) and copies' KBF, KBBF bf16 rows to fill")
+                         "(k.off.scale) and copies' KBF, KBBF to fill: bf16 rows [..., S, D], or E4M3 bytes K-major "
+                         "[..., D, S] (`bf16_copies(k_t=True)`)")
     heads = range(b * hkv) if heads is None else heads
     if out is None:
         dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
@@ -318,7 +345,8 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
         (seq // BN, len(heads)),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, kbf if fold_k else dk,
          kbbf if fold_k else dk, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, y_desc, heads.start),
-        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None, FOLD_K=fold_k),
+        dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None, FOLD_K=fold_k,
+             K_T=fold_k and k_t),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

@@ -311,12 +311,15 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
 
         descs[2] = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BM, gl.float8e4nv)  # Q8ᵀ
         consts = {**consts, "FP8_DK": True}
-    # KS, KBS, VS, VBS, TAU (and SIG), dK, dV (and KBF, KBBF), the scales, S, G
-    kinds = ["*fp32"] * (6 if ws else 5) + ["*bf16"] * (4 if ws else 2) + ["fp32", "fp32", "i32", "i32"]
+    # KS, KBS, VS, VBS, TAU (and SIG), dK, dV (and KBF, KBBF: bf16 rows, or with fold_k over the fp8 buffer K's
+    # bytes K-major), the scales, S, G
+    k_t = fold_k and ds_fp8
+    kinds = (["*fp32"] * (6 if ws else 5) + ["*bf16"] * 2 + (["*fp8e4nv" if k_t else "*bf16"] * 2 if ws else [])
+             + ["fp32", "fp32", "i32", "i32"])
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu", ds_fp8), G.BN, G.BM) if ds_out else descs[2]
         kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
-        consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k}
+        consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k, "K_T": k_t}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
@@ -441,7 +444,8 @@ def main(argv=None) -> int:
                     reports += [(gluon_dkdv_report(True), True), (gluon_dkdv_report(True, True), False),
                                 (gluon_dkdv_report(True, ds_out=True), False),
                                 (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False),
-                                (gluon_dkdv_report(True, ds_out=True, fold_k=True), False)]
+                                (gluon_dkdv_report(True, ds_out=True, fold_k=True), False),
+                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True, fold_k=True), False)]
             elif kernel == "dq_from_ds":
                 reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False),
                            (dq_from_ds_report(one_loop=True), False), (dq_from_ds_report(True, one_loop=True), False)]

@@ -722,18 +722,20 @@ def test_gpu_ds_chunks_overlap_keeps_the_bits(spec_name, chunks, monkeypatch):
 
 
 @pytest.mark.parametrize("shape,chunk", [((2, 8, 2, 1920), 0), ((2, 8, 4, 2048), 2), ((1, 4, 4, 256), 0)])
-def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
+@pytest.mark.parametrize("preset", ["fp8-bf16dq", "fp8"])
+def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
     """Launch option fold_k: the ws dK/dV kernel writes KBF, KBBF and re-quantizes K's deferred token-block copy from
     the per-token rows in its shared memory (the copies pass skipping K's half). dQ, dK and dV keep the bits of the
     copies pass's route, with K's and V's copies deferred as the autograd backward gets them and as given (GQA, B > 1,
     S not a power of two, one token block; chunk: K / V heads a dS buffer, 0 for the default budget); and the same
-    at the autograd level (flamia_attention's gradients with fold_k on and off)."""
+    at the autograd level (flamia_attention's gradients with fold_k on and off). `fp8`: over the fp8 dS buffer, where
+    KBF and KBBF are K's E4M3 bytes K-major in the buffer's key order (`attention_dkdv_ws._store_k_bytes_t`)."""
     from dataclasses import replace
 
     from flamia_kernels import AttentionSpec, attention_bwd, attention_bwd_gluon, attention_dkdv_ws
     from flamia_kernels.attention_operands import OffDiagonal
 
-    spec = AttentionSpec.parse("fp8-bf16dq")
+    spec = AttentionSpec.parse(preset)
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=73)
     args = list(backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5))
@@ -741,7 +743,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
     assert base["fold_k"]  # the fast path's default; the references below turn it off
     base["fold_k"] = False
     if chunk:
-        base["ds_out"] = chunk * (hq // hkv) * attention_bwd_gluon.ds_buffer_bytes(seq)
+        base["ds_out"] = chunk * (hq // hkv) * attention_bwd_gluon.ds_buffer_bytes(seq, spec.dsk == "fp8")
     want = attention_bwd.backward(*args, config=base)
     kop, vop = args[1], args[2]
     args[1] = replace(kop, off=OffDiagonal(None, kop.off.scale, kop.off.block))
@@ -756,7 +758,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
     assert folds and all(folds), folds
     same = [torch.equal(a, b) for a, b in zip(got, want, strict=True)]
     same_deferred = [torch.equal(a, b) for a, b in zip(deferred, want, strict=True)]
-    print(f"\nfold_k {shape}, chunk {chunk}: dQ, dK, dV bit-identical {same} (deferred without fold_k "
+    print(f"\n{preset} fold_k {shape}, chunk {chunk}: dQ, dK, dV bit-identical {same} (deferred without fold_k "
           f"{same_deferred}); rel-L2 dQ {_rel(got[0], want[0]):.2e} dK {_rel(got[1], want[1]):.2e}")
     assert all(same) and all(same_deferred) and all(g.abs().sum() > 0 for g in got)
 
@@ -766,7 +768,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, monkeypatch):
                             lambda d, ds, emulated=False, fold=fold: {**base, "fold_k": fold})
         folds.clear()
         xs = [x.detach().requires_grad_(True) for x in (q, k, v)]
-        flamia_attention(*xs, "fp8-bf16dq").backward(do)
+        flamia_attention(*xs, preset).backward(do)
         grads.append([x.grad for x in xs])
         assert folds == [fold] * len(folds) and folds, (fold, folds)
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))

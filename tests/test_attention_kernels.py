@@ -273,15 +273,16 @@ def _deferred(k, v):
             replace(v, off=OffDiagonal(None, None, v.off.block, v.off.transposed)))
 
 
-def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(monkeypatch):
+@pytest.mark.parametrize("preset", ["fp8-bf16dq", "fp8"])
+def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(preset, monkeypatch):
     """Launch option fold_k, host side (the ws dK/dV kernel is sm_90 only; here stand-ins): with K's copy deferred and
     its block scales given, the copies pass runs V's half only, and each chunk's dK/dV launch gets fold_k with the
-    bf16 KBF / KBBF buffers that chunk's `dq_from_ds` then reads. Without the scales, with K's copy present, or
-    without the option, the copies pass runs both halves and the kernel gets fold_k=False; a value other than a
-    bool is refused."""
+    KBF / KBBF buffers that chunk's `dq_from_ds` then reads — bf16 rows, or under `fp8` (the FP8 dQ product) K's
+    E4M3 bytes K-major. Without the scales, with K's copy present, or without the option, the copies pass runs both
+    halves and the kernel gets fold_k=False; a value other than a bool is refused."""
     from flamia_kernels import attention_bwd, attention_bwd_copies, attention_bwd_gluon, attention_dkdv_ws
 
-    spec = AttentionSpec.parse("fp8-bf16dq")
+    spec = AttentionSpec.parse(preset)
     b, hq, hkv, seq = 1, 2, 2, 256
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=53)
     args = list(backward_args(spec, q, k, v, do))
@@ -309,8 +310,10 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(monkeypatch):
     attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k=True))
     assert halves == [(False, True)], halves
     (_, fold, kbf, kbbf, deferred), (_, kbf_read, kbbf_read) = seen
-    assert fold and deferred and kbf.dtype == kbbf.dtype == torch.bfloat16
-    assert kbf.shape == kbbf.shape == (b, hkv, seq, 128) and kbf.data_ptr() != kbbf.data_ptr()
+    k_t = spec.dsk == "fp8"
+    assert fold and deferred and kbf.dtype == kbbf.dtype == (torch.float8_e4m3fn if k_t else torch.bfloat16)
+    assert kbf.shape == kbbf.shape == ((b, hkv, 128, seq) if k_t else (b, hkv, seq, 128))
+    assert kbf.data_ptr() != kbbf.data_ptr()
     assert kbf_read is kbf and kbbf_read is kbbf
 
     no_scales = list(args)
@@ -468,7 +471,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
 
     def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
              fold_k=False):
-        assert not fold_k  # the fp8 dS buffer's backward never folds
+        assert not fold_k  # backward_args gives K's copy: nothing to fold (test_fold_k_leaves_k_copies_...)
         seen.update(buf=ds_out, irho=stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW].clone(), k=k8)
         return out
 
