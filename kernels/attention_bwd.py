@@ -428,9 +428,11 @@ DQ_MODES = ("kernel", "atomic")
 # scripts/device/with_constants.py attention_bwd.FOLD_K=False: the same bits either way)
 FOLD_K = True
 # ...and over the fp8 dS buffer (the `fp8` preset's FP8 dQ product), where the kernel writes K's bytes K-major in the
-# buffer's key order instead of bf16 rows (`attention_dkdv_ws._store_k_bytes_t`); the copies pass's K half it
-# replaces took 138 µs at 8k on an H100 (session 31)
-FOLD_K_T = True
+# buffer's key order instead of bf16 rows (`attention_dkdv_ws._store_k_bytes_t`). The same bits, but slower: on an
+# H100 at 8k (session 31, call 8) the dK/dV kernel took 4070 µs against 3823 for the 142 µs of pass it saves
+# (kernels 6.906 against 6.798 ms a call): its byte stores down D and their spilled addresses cost more than the
+# pass's vector transposition. Off until the kernel writes them faster.
+FOLD_K_T = False
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
@@ -510,10 +512,10 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     it made fwd + bwd 2–4% slower at 8k / 16k (a `dq_from_ds` program takes a dK/dV program's place on its SM).
     "fold_k" (the fast path's default; where ds_out runs with K's copy deferred and its block scales saved, as the
     autograd backward gives them): the ws dK/dV kernel writes K's copies for `dq_from_ds` (KBF, KBBF: bf16 rows over
-    a bf16 buffer; over the fp8 one, where FOLD_K_T allows, K's E4M3 bytes K-major) and re-quantizes K's token-block
-    copy from the per-token rows it already holds in shared memory, so the copies pass skips K's half (bf16: 111 µs
-    at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits. Session 30, H100, 8k:
-    ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
+    a bf16 buffer; over the fp8 one only where FOLD_K_T is set, which is off because it was slower, K's E4M3 bytes
+    K-major) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so the
+    copies pass skips K's half (bf16: 111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
+    KBBF); the same bits. Session 30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]

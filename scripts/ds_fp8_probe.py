@@ -34,12 +34,12 @@ PROBE = {"bwd": {"fp8_dk": True, "fp8_dq": True}}
 def grads(q, k, v, do, launch=None):
     xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
     with launch_overrides(launch):
-        flamia_attention(*xs, "fp8").backward(do)
+        flamia_attention(*xs, "fp8-bf16dq").backward(do)  # bf16 dS: the probes set fp8_dq
     return [x.grad.float() for x in xs]
 
 
 def reference_grads(q, k, v, do, fp8: bool):
-    spec, sm = AttentionSpec.parse("fp8"), 1.0 / math.sqrt(q.shape[-1])
+    spec, sm = AttentionSpec.parse("fp8-bf16dq"), 1.0 / math.sqrt(q.shape[-1])
     ops = prepare_forward(q, k, v, spec, True, F, SEQ_BLOCK, off_diagonal=True)
     o, m, l = R.forward_math(ops, spec, True, True, sm)
     do8 = quantize_operand(do, spec.do, F)

@@ -93,7 +93,7 @@ def main(argv=None) -> None:
     dev = torch.device(a.device)
     name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
     print(f"{name}, torch {torch.__version__}; B={b} Hq={hq} Hkv={hkv} S={seq}", flush=True)
-    spec = AttentionSpec.parse("fp8")
+    spec = AttentionSpec.parse("fp8-bf16dq")  # bf16 dS by default: the fp8 buffer by launch options
     gen = torch.Generator(device=dev).manual_seed(67)
     mk = lambda h: torch.randn(b, h, seq, 128, device=dev, generator=gen).to(torch.bfloat16)  # noqa: E731
     q, k, v, do = mk(hq), mk(hkv), mk(hkv), mk(hq)
