@@ -542,7 +542,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     fold_k = config.pop("fold_k", False)
     if not isinstance(fold_k, bool):
         raise ValueError(f"backward config fold_k={fold_k!r}: allowed True (K's backward copies made by the ws dK/dV "
-                         f"kernel where ds_out runs over a bf16 buffer) or False (by the copies pass)")
+                         f"kernel where ds_out runs: over a bf16 buffer, or an fp8 one with FOLD_K_T) or False (by the "
+                         f"copies pass)")
     if not isinstance(fp8_dq, bool):
         raise ValueError(f"backward config fp8_dq={fp8_dq!r}: allowed True (dQ as an FP8 product under per-query "
                          f"bound scales) or False (dS in the spec's ds format); default: the spec's dsk ({spec.dsk})")

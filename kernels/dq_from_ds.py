@@ -268,7 +268,9 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     if PAIRS and not TMA and seq % (2 * QB) == 0:  # two query blocks a program (the thread loads only)
         launch, rows, kernel_options = _PAIRS_LAUNCH, 2 * QB, {}
     else:
-        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA, "K_ONCE": K_ONCE, "ONE_LOOP": ONE_LOOP and not TMA}
+        # K_ONCE (a probe of the two loops' off-diagonal one) and TMA run the two loops: ONE_LOOP gives way to them
+        launch, rows, kernel_options = _LAUNCH, QB, {"TMA": TMA, "K_ONCE": K_ONCE,
+                                                     "ONE_LOOP": ONE_LOOP and not (TMA or K_ONCE)}
     y, kf, kbf_ = _tma_views(ds, kbf, kbbf, fp8, d) if TMA else (ds, kbf, kbbf)
     launch((seq // rows, len(heads)),
            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),

@@ -447,8 +447,9 @@ def main(argv=None) -> int:
                                 (gluon_dkdv_report(True, ds_out=True, fold_k=True), False),
                                 (gluon_dkdv_report(True, ds_out=True, ds_fp8=True, fold_k=True), False)]
             elif kernel == "dq_from_ds":
-                reports = [(dq_from_ds_report(), True), (dq_from_ds_report(True), False),
-                           (dq_from_ds_report(one_loop=True), False), (dq_from_ds_report(True, one_loop=True), False)]
+                # one loop is the default launch since session 31 (`dq_from_ds.ONE_LOOP`)
+                reports = [(dq_from_ds_report(), False), (dq_from_ds_report(True), False),
+                           (dq_from_ds_report(one_loop=True), True), (dq_from_ds_report(True, one_loop=True), False)]
             elif kernel == "dq_from_ds_pairs":  # option PAIRS at the launches session 29 set up to time
                 reports = [(dq_from_ds_report(fp8, True, w, st), False) for fp8 in (False, True)
                            for w, st in ((8, 2), (8, 3), (16, 2))]

@@ -142,3 +142,17 @@ def test_dq_from_ds_pairs_give_the_single_blocks_bits(fp8, monkeypatch):
     pairs = dq_from_ds(buf, kbf, kbbf, b, hq, seq, 0.125, rho=rho)
     assert single.isfinite().all()
     assert torch.equal(pairs.view(torch.int16), single.view(torch.int16))
+
+
+@pytest.mark.parametrize("probe", ["K_ONCE", "TMA"])
+def test_one_loop_gives_way_to_the_two_loop_probes(probe, monkeypatch):
+    """ONE_LOOP (the default) returns before the two loops, so the probes written into them (K_ONCE, TMA) would go
+    unmeasured under it: with either set, the launch runs the two loops."""
+    seen = []
+    monkeypatch.setattr(dq_from_ds_module, "ONE_LOOP", True)
+    monkeypatch.setattr(dq_from_ds_module, probe, True)
+    monkeypatch.setattr(dq_from_ds_module, "_LAUNCH", lambda grid, args, consts, opts=None: seen.append(consts))
+    monkeypatch.setattr(dq_from_ds_module, "_tma_views", lambda ds, kbf, kbbf, fp8, d: (ds, kbf, kbbf))
+    buf, kbf, kbbf, rho = _random_case(1, 2, 1, 256, False, seed=3)
+    dq_from_ds(buf, kbf, kbbf, 1, 2, 256, 0.125, rho=rho)
+    assert len(seen) == 1 and seen[0][probe] and not seen[0]["ONE_LOOP"], seen
