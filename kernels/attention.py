@@ -107,8 +107,10 @@ class _FlamiaAttention(torch.autograd.Function):
         # scales (S / 128 floats a head) too, so that the ws dK/dV kernel can re-quantize the copy from the rows it
         # holds (launch option fold_k) without a pass over K for the amax.
         kbs = ops.k.off.scale if safeguards and ops.k.off is not None and doc_ids is None else None
+        # and V's (launch option fold_k with attention_bwd.FOLD_V: V's copy re-quantized in that kernel as well)
+        vbs = ops.v.off.scale if safeguards and ops.v.off is not None and doc_ids is None else None
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,
-                              o_saved.vals, o_saved.scale, *(doc or (None,) * 3), kbs, lse2, moff)
+                              o_saved.vals, o_saved.scale, *(doc or (None,) * 3), kbs, vbs, lse2, moff)
         ctx.cfg = (spec, causal, safeguards, sm_scale)
         return o
 
@@ -116,7 +118,7 @@ class _FlamiaAttention(torch.autograd.Function):
     def backward(ctx, grad_o):
         from . import attention_bwd
 
-        qv, qs, kv, ks, vtv, vs, ov, os_, *doc, kbs, lse2, moff = ctx.saved_tensors
+        qv, qs, kv, ks, vtv, vs, ov, os_, *doc, kbs, vbs, lse2, moff = ctx.saved_tensors
         spec, causal, safeguards, sm_scale = ctx.cfg
         k_op, v_op = Operand(kv, ks), Operand(vtv, vs, vals_t=vtv)
         if doc[0] is None:  # the off-diagonal copies, re-derived as the forward made them, deferred: on the
@@ -125,6 +127,8 @@ class _FlamiaAttention(torch.autograd.Function):
                                 defer_k=True)
             if kbs is not None and k_op.off is not None and k_op.off.deferred:  # still deferred: the scales known
                 k_op.off = replace(k_op.off, scale=kbs)
+            if vbs is not None and v_op.off is not None and v_op.off.deferred:
+                v_op.off = replace(v_op.off, scale=vbs)
         if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O (and, for the FP8
             # dV product, the bytes K-major)
             do8, sdo, delta, *do8t = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_, transposed=spec.fp8_dv)

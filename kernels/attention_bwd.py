@@ -433,6 +433,11 @@ FOLD_K = True
 # (kernels 6.906 against 6.798 ms a call): its byte stores down D and their spilled addresses cost more than the
 # pass's vector transposition. Off until the kernel writes them faster.
 FOLD_K_T = False
+# ...and V's copies with K's (launch option fold_k where V's copy is deferred with its block scales saved): the ws
+# dK/dV kernel reads Vᵀ's per-token bytes, transposes them into V's rows in shared memory (`attention_dkdv_ws._v_rows`)
+# and re-quantizes those into V's token-block copy (`_fold_v_copy`), so that no key copies pass runs at all (V's half
+# took 93 µs at 8k on an H100, session 32). The same bits.
+FOLD_V = True
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
@@ -626,14 +631,17 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     # and its block scales saved
     fold_k = fold_k and pre and bool(ds_heads) and deferred_with_scales(k) and (FOLD_K_T or not fp8_dq)
     if pre:
+        fold_v = fold_k and FOLD_V and deferred_with_scales(v)
         qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
-                                                           k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k)
+                                                           k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k,
+                                                           fold_v=fold_v)
         if v.off is not None and v.off.deferred:  # its block scales from the copies; its Vᵀ bytes never exist
             v = replace(v, off=replace(v.off, scale=vbs))
         if k.off is not None and k.off.deferred and not fold_k:  # re-quantized by the copies
             k = replace(k, off=replace(k.off, vals=kb, scale=kbs))
     else:
         qb = kbf = kbbf = vr = vbr = moff  # unread without PRE
+        fold_v = False
     # FP8 dV (`AttentionSpec.fp8_dv`): dO's bytes K-major (from its pre-pass, else transposed here) and each key's
     # row scale τ
     fp8_dv = spec.fp8_dv
@@ -675,7 +683,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
                 rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal) if fp8_dq else None
                 overlap = _side_stream(q.vals.device, "high") if len(ds_buf) > 1 and q.vals.is_cuda else None
                 dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho,
-                                          overlap, fold_k)
+                                          overlap, fold_k, fold_v)
                 ds_buf = None  # the workspace goes back to the allocator now, not when this function returns
             else:
                 dk, dv = attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=probe)
@@ -751,7 +759,7 @@ def ds_workspace(heads: int, seq: int, device, fp8: bool = False) -> torch.Tenso
 
 
 def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs, heads: int, out, rho=None,
-                         side=None, fold_k: bool = False):
+                         side=None, fold_k: bool = False, fold_v: bool = False):
     """dK and dV into `out` and dQ (returned) by launch option ds_out: per chunk of `heads` K / V heads (of B·Hkv),
     the ws dK/dV kernel fills a dS buffer of `bufs` (`ds_workspace`, used in turn) and `dq_from_ds` reads it. One
     buffer: the two one after the other on this stream, so the buffer never holds more than the budget. Two (launch
@@ -761,7 +769,7 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs,
     for `side` before returning. The same launches with the same inputs, so the same bits. rho (an fp8 buffer, with
     fp8_dq): the queries' scales of `dq_from_ds`' FP8 product, whose K operands copies' KBF, KBBF then are.
     fold_k: each chunk's dK/dV kernel writes its heads' KBF, KBBF (`attention_dkdv_ws.dkdv(fold_k=True)`) before
-    that chunk's `dq_from_ds` reads them."""
+    that chunk's `dq_from_ds` reads them. fold_v: and V's rows and copy (`attention_dkdv_ws.dkdv(fold_v=True)`)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     g = hq // hkv
@@ -774,7 +782,7 @@ def _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale: float, bufs,
         if read[slot] is not None:
             main.wait_event(read[slot])
         attention_dkdv_ws.dkdv(q, k, v, do, copies, stats, tau, sm_scale, ds_out=bufs[slot], heads=kv, out=out,
-                               fold_k=fold_k)
+                               fold_k=fold_k, fold_v=fold_v)
         if side is not None:
             side.wait_stream(main)
         with torch.cuda.stream(side):  # a no-op for None

@@ -250,7 +250,7 @@ def _rows_per_program(seq: int) -> int:
 
 
 def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = None, k_t: bool = False,
-                fold_k: bool = False):
+                fold_k: bool = False, fold_v: bool = False):
     """(QB, KBF, KBBF, VR, VBR, VBS, KB, KBS) for the backward kernels (see the module docstring).
     Operands as `attention_bwd.backward` takes them; KBBF / VBR are KBF / VR without the token-block copies.
     VBS: V's block scales, v.off.scale, or where V's copy is deferred (`OffDiagonal.deferred`: only its rows
@@ -262,7 +262,9 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     fold_k (launch option fold_k of `attention_bwd.backward`): K's half is not run — the ws dK/dV kernel writes KBF
     and KBBF (bf16 rows, or with k_t K-major bytes) into the buffers returned here and derives K's deferred copy
     itself (`attention_dkdv_ws._fold_k_copy`) — so KB is None and KBS k.off.scale, the block scales the forward
-    saved."""
+    saved. fold_v (with fold_k, `attention_bwd.FOLD_V`): V's half is not run either — the ws dK/dV kernel makes V's
+    rows from Vᵀ's bytes and its deferred copy from those (`attention_dkdv_ws._v_rows`, `_fold_v_copy`) — so VR and
+    VBR are None and VBS is v.off.scale, the block scales the forward saved; with both, no key copies launch runs."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     q_rows = rows = _rows_per_program(seq)  # rows: the key copies' programs (a deferred copy's block below)
@@ -277,8 +279,11 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     if fold_k and not deferred_with_scales(k):
         raise ValueError("bf16_copies(fold_k=True): K's token-block copy must be deferred with its block scales "
                          "given (k.off.scale)")
+    if fold_v and not (fold_k and deferred_with_scales(v)):
+        raise ValueError("bf16_copies(fold_v=True): needs fold_k=True and V's token-block copy deferred with its "
+                         "block scales given (v.off.scale)")
     k_req = k.off is not None and k.off.deferred and not fold_k
-    v_req = v.off is not None and v.off.deferred
+    v_req = v.off is not None and v.off.deferred and not fold_v
     if k_req or v_req:
         rows = (k.off if k_req else v.off).block
         if k_req and v_req and k.off.block != v.off.block:
@@ -287,17 +292,19 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
     # the copies live and die together (the backward kernels' operands): one allocation (`buffers.carve`)
     keys = (b, hkv, seq, d)
     k_copy = ((b, hkv, d, seq), k.vals.dtype) if k_t else (keys, torch.bfloat16)
-    parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": k_copy, "vr": (keys, v.vals_t.dtype)}
+    parts = {"qb": ((b, hq, seq, d), torch.bfloat16), "kbf": k_copy}
+    if not fold_v:
+        parts["vr"] = (keys, v.vals_t.dtype)
     if k.off is not None:
         parts["kbbf"] = k_copy
     if k_req:
         parts["kb"], parts["kbs"] = (keys, k.vals.dtype), ((b, hkv, seq // rows), torch.float32)
-    if v.off is not None:
+    if v.off is not None and not fold_v:
         parts["vbr"] = (keys, v.vals_t.dtype)
     if v_req:
         parts["vbs"] = ((b, hkv, seq // rows), torch.float32)
     out = dict(zip(parts, carve(q.vals.device, list(parts.values())), strict=True))
-    qb, kbf, vr = out["qb"], out["kbf"], out["vr"]
+    qb, kbf, vr = out["qb"], out["kbf"], out.get("vr")
     kbbf, vbr = out.get("kbbf", kbf), out.get("vbr", vr)
     kb = out["kb"] if k_req else k.off.vals if k.off is not None else None
     kbs = out["kbs"] if k_req else k.off.scale if k.off is not None else None
@@ -306,6 +313,8 @@ def bf16_copies(q, k, v, do, lse2, moff, delta, stats: torch.Tensor | None = Non
                          (q.vals, qb, do.vals, do.scale, lse2, moff, delta, q.scale,
                           stats if stats is not None else lse2, seq),
                          dict(D=d, BR=q_rows, WITH_STATS=stats is not None, ROWS=STATS_ROWS), dict(num_warps=warps))
+    if fold_v:  # both halves are the dK/dV kernel's
+        return qb, kbf, kbbf, None, None, vbs, kb, kbs
     vt_bytes = v.vals_t.view(torch.uint8)
     key_args = (k.vals, k.scale, kb.view(torch.uint8) if k_req else kb if kb is not None else k.vals,
                 kbs if kbs is not None else k.scale, vt_bytes, v.scale,

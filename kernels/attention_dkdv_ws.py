@@ -97,15 +97,22 @@ if HAS_GLUON:
     @gluon.jit
     def _producer(descs, kv_descs, smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0,
                   BN: gl.constexpr, BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr,
-                  STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr, FOLD_K: gl.constexpr):
+                  STATS_ROWS: gl.constexpr, FP8_DK: gl.constexpr, FOLD_K: gl.constexpr, FOLD_V: gl.constexpr):
         """Every TMA copy of the program, in the consumer's order (`_consumer`)."""
-        k_desc, kb_desc, vr_desc, vbr_desc = kv_descs
+        k_desc, kb_desc, vr_desc, vbr_desc, vt_desc = kv_descs
         first = gl.program_id(0) * BN
         bhk = gl.program_id(1) + BH0
         t = first // TB
-        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_ready, k_s)
-        tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_ready, v_s)
+        if FOLD_V:  # Vᵀ's per-token columns into v_s's bytes, which the consumer transposes in place (`_v_rows`)
+            D: gl.constexpr = vt_desc.block_type.shape[0]
+            mbarrier.expect(kv_ready, k_desc.block_type.nbytes + vt_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_ready, k_s)
+            tma.async_copy_global_to_shared(vt_desc, [bhk * D, first], kv_ready,
+                                            v_s._reinterpret(vt_desc.dtype, [D, BN], vt_desc.layout))
+        else:
+            mbarrier.expect(kv_ready, k_desc.block_type.nbytes + vr_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [bhk * S + first, 0], kv_ready, k_s)
+            tma.async_copy_global_to_shared(vr_desc, [bhk * S + first, 0], kv_ready, v_s)
         c = 0
         n_diag = ((t + 1) * TB - first) // BM
         for g in range(G):
@@ -114,14 +121,15 @@ if HAS_GLUON:
                 _produce(c, bh, first + j * BM, descs, smems, ready, empty, S, STAGES, BM, STATS_ROWS, FP8_DK)
                 c += 1
         # the token-block copies replace the per-token rows once no product reads those (FOLD_K: K's copy is
-        # re-quantized in place by the consumer, `_fold_k_copy`)
-        mbarrier.wait(kv_free, 0)
-        if FOLD_K:
-            mbarrier.expect(kv_ready, vbr_desc.block_type.nbytes)
-        else:
-            mbarrier.expect(kv_ready, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_ready, k_s)
-        tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_ready, v_s)
+        # re-quantized in place by the consumer, `_fold_k_copy`; FOLD_V, which comes with FOLD_K, V's too)
+        if not FOLD_V:
+            mbarrier.wait(kv_free, 0)
+            if FOLD_K:
+                mbarrier.expect(kv_ready, vbr_desc.block_type.nbytes)
+            else:
+                mbarrier.expect(kv_ready, kb_desc.block_type.nbytes + vbr_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(kb_desc, [bhk * S + first, 0], kv_ready, k_s)
+            tma.async_copy_global_to_shared(vbr_desc, [bhk * S + first, 0], kv_ready, v_s)
         lo0 = (t + 1) * TB
         for g in range(G):
             bh = bhk * G + g
@@ -188,16 +196,51 @@ if HAS_GLUON:
         of those same values. Each thread re-reads the places it wrote; the barrier orders every warp's bytes before
         the next products read k_s. ks: the rows' scales as the program loaded them (a layout conversion here, not a
         second read of global memory at this point, where the program waits for it)."""
-        x = k_s.load(L).to(gl.float32) * gl.convert_layout(ks, gl.SliceLayout(1, L))[:, None]
-        rcp = gl.div_rn(1.0, kbs)
-        rem_scale = gl.where(rcp == 0.0, 0.0, kbs)  # x / Inf = ±0 (see `quantize._div_by_shared`)
+        _requant_rows(k_s, ks, kbs, L)
+        _store_k_copy(k_s, KBBF, bhk, S, first, L, K_T)
+        fence_async_shared()  # the generic-proxy stores, seen by the products (async proxy)
+        gl.thread_barrier()
+
+    @gluon.jit
+    def _requant_rows(x_s, xs, bscale, L: gl.constexpr):
+        """The E4M3 rows in x_s (per-token scales xs) re-quantized in place under the block scale bscale, as the
+        copies pass re-quantizes a deferred token-block copy (`attention_bwd_copies._key_copies_kernel`, K_REQ and
+        V_REQ): x = E4M3 value · s per element, x / bscale by `quantize._div_by_shared`'s division (one IEEE
+        reciprocal, Markstein's correction), the hardware's E4M3 bytes with the NaN fix where bscale is not finite
+        (`_store_e4m3`). bscale: the block's scale the forward computed and saved (`attention.py`), from the amax of
+        those same values. Each thread re-reads the places it wrote; the caller fences and synchronizes."""
+        x = x_s.load(L).to(gl.float32) * gl.convert_layout(xs, gl.SliceLayout(1, L))[:, None]
+        rcp = gl.div_rn(1.0, bscale)
+        rem_scale = gl.where(rcp == 0.0, 0.0, bscale)  # x / Inf = ±0 (see `quantize._div_by_shared`)
         q0 = x * rcp
         one = gl.full(x.shape, 1.0, gl.float32, L)  # the scalars as tiles (fma does not broadcast), exactly
         rem = gl.fma(q0, one * rem_scale, x * -1.0)  # negated: keeps -0
         v = gl.fma(rem, one * (rcp * -1.0), q0)  # -rcp by a product: -0 where rcp = +0 (0 - rcp would give +0)
-        _store_e4m3(k_s, v, kbs < float("inf"))  # a NaN or infinite kbs: some quotient may be NaN
-        _store_k_copy(k_s, KBBF, bhk, S, first, L, K_T)
+        _store_e4m3(x_s, v, bscale < float("inf"))  # a NaN or infinite scale: some quotient may be NaN
+
+    @gluon.jit
+    def _v_rows(v_s, vt_desc):
+        """FOLD_V, at the program's start: v_s holds Vᵀ's per-token bytes [D, BN] (keys contiguous, as the TMA
+        brought them: vt_desc's layout); they become V's rows [BN, D] in place, the dPᵀ product's A operand
+        (the copies pass's VR: the same bytes). Each thread reads 4 d × 16 keys (four 16-byte reads), every warp reads
+        before any writes, and each thread writes its 16 keys' 4 d (4-byte writes of the swizzled rows)."""
+        BN: gl.constexpr = v_s.shape[0]
+        D: gl.constexpr = v_s.shape[1]
+        NW: gl.constexpr = gl.num_warps()
+        T_L: gl.constexpr = gl.BlockedLayout(size_per_thread=[4, 16], threads_per_warp=[32, 1], warps_per_cta=[1, NW],
+                                             order=[1, 0])
+        vt = v_s._reinterpret(v_s.dtype, [D, BN], vt_desc.layout).load(T_L)
+        gl.thread_barrier()  # every warp's bytes are in registers before any warp overwrites them
+        v_s.store(gl.permute(vt, (1, 0)))
         fence_async_shared()  # the generic-proxy stores, seen by the products (async proxy)
+        gl.thread_barrier()
+
+    @gluon.jit
+    def _fold_v_copy(v_s, vs, vbs, L: gl.constexpr):
+        """FOLD_V, once every product on V's per-token rows has retired: those rows re-quantized in place into V's
+        token-block copy (`_requant_rows`), the copies pass's VBR, under the block scale the forward saved."""
+        _requant_rows(v_s, vs, vbs, L)
+        fence_async_shared()
         gl.thread_barrier()
 
     @gluon.jit
@@ -209,9 +252,9 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV, KBF, KBBF,
-                  qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr,
-                  TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr,
-                  FOLD_K: gl.constexpr, K_T: gl.constexpr):
+                  qk_scale, sm_scale, S, G, BH0, y_s, y_desc, vt_desc, D: gl.constexpr, BN: gl.constexpr,
+                  BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, FP8_DK: gl.constexpr, DS_OUT: gl.constexpr,
+                  FOLD_K: gl.constexpr, K_T: gl.constexpr, FOLD_V: gl.constexpr):
         """`attention_bwd_gluon._dkdv_gluon_kernel`'s products and elementwise work, each sub-tile's operands waited
         for in its ring stage and the stage released once the products reading it have retired."""
         NW: gl.constexpr = BN // 16  # a warpgroup per 64 keys
@@ -246,7 +289,11 @@ if HAS_GLUON:
                                              order=[1, 0])
         if FOLD_K:  # read now, not where the copy is made: one scalar held over the diagonal's sub-tiles
             kbs = gl.load(KBS + rb)
+        if FOLD_V:  # read now, not where the copy is made
+            vbs = gl.load(VBS + rb)
         mbarrier.wait(kv_ready, 0)
+        if FOLD_V:  # V's rows from Vᵀ's bytes before the first product reads them
+            _v_rows(v_s, vt_desc)
         if FOLD_K:  # K's per-token rows for `dq_from_ds` now, while the first sub-tile's copies are in flight
             _store_k_copy(k_s, KBF, bhk, S, first, K_L, K_T)
         c = 0
@@ -270,8 +317,11 @@ if HAS_GLUON:
             _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, K_L, K_T)
         else:
             kbs = gl.load(KBS + rb)
-        vbs = gl.load(VBS + rb)
-        mbarrier.wait(kv_ready, 1)
+        if FOLD_V:  # and V's
+            _fold_v_copy(v_s, vs, vbs, K_L)
+        else:
+            vbs = gl.load(VBS + rb)
+            mbarrier.wait(kv_ready, 1)
         n_off = (S - (t + 1) * TB) // BM
         for g in range(G):
             ybase = _ds_base(y_s, y_desc, g, G, S)
@@ -286,11 +336,13 @@ if HAS_GLUON:
 
     @gluon.jit
     def _dkdv_ws_kernel(q_desc, do_desc, qb_desc, dot_desc, k_desc, kb_desc, vr_desc, vbr_desc, st_desc, KS, KBS, VS,
-                        VBS, TAU, SIG, DK, DV, KBF, KBBF, qk_scale, sm_scale, S, G, y_desc, BH0, D: gl.constexpr,
+                        VBS, TAU, SIG, DK, DV, KBF, KBBF, qk_scale, sm_scale, S, G, y_desc, BH0, vt_desc,
+                        D: gl.constexpr,
                         BN: gl.constexpr,
                         BM: gl.constexpr, TB: gl.constexpr, STAGES: gl.constexpr, STATS_ROWS: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, FP8_DK: gl.constexpr = False, DS_OUT: gl.constexpr = False,
-                        FOLD_K: gl.constexpr = False, K_T: gl.constexpr = False):
+                        FOLD_K: gl.constexpr = False, K_T: gl.constexpr = False, FOLD_V: gl.constexpr = False):
+        gl.static_assert(FOLD_K or not FOLD_V, "FOLD_V comes with FOLD_K: the producer then loads no token-block copy")
         k_s, v_s, smems = _dkdv_smem((q_desc, do_desc, qb_desc, dot_desc, st_desc), k_desc, vr_desc, D, BM, STAGES,
                                      STATS_ROWS)
         if DS_OUT:  # two tiles of dS·s_k on their way to the dS buffer (`_store_ds`)
@@ -309,11 +361,11 @@ if HAS_GLUON:
         # the argument tuples written out in place: a tuple bound to a name turns its constexprs into tensors
         gl.warp_specialize([
             (_consumer, (smems, k_s, v_s, ready, empty, kv_ready, kv_free, KS, KBS, VS, VBS, TAU, SIG, DK, DV,
-                         KBF, KBBF, qk_scale, sm_scale, S, G, BH0, y_s, y_desc, D, BN, BM, TB, STAGES, FP8_DK, DS_OUT,
-                         FOLD_K, K_T)),
-            (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc), (k_desc, kb_desc, vr_desc, vbr_desc),
-                         smems, k_s, v_s, ready, empty, kv_ready, kv_free, S, G, BH0, BN, BM, TB,
-                         STAGES, STATS_ROWS, FP8_DK, FOLD_K))],
+                         KBF, KBBF, qk_scale, sm_scale, S, G, BH0, y_s, y_desc, vt_desc, D, BN, BM, TB, STAGES, FP8_DK,
+                         DS_OUT, FOLD_K, K_T, FOLD_V)),
+            (_producer, ((q_desc, do_desc, qb_desc, dot_desc, st_desc),
+                         (k_desc, kb_desc, vr_desc, vbr_desc, vt_desc), smems, k_s, v_s, ready, empty, kv_ready,
+                         kv_free, S, G, BH0, BN, BM, TB, STAGES, STATS_ROWS, FP8_DK, FOLD_K, FOLD_V))],
             [1], [PRODUCER_REGS])
 
 
@@ -327,7 +379,7 @@ def constexprs() -> dict:
 
 @torch.compiler.disable  # as attention_bwd_gluon.dkdv: a Gluon launch, not traced
 def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=None, heads=None, out=None,
-         fold_k: bool = False):
+         fold_k: bool = False, fold_v: bool = False):
     """`attention_bwd_gluon.dkdv` (same arguments and outputs) on the warp-specialized kernel. fp8_dk (launch option
     fp8_dk, a probe): (Q8ᵀ [B, Hq, D, S], ρ [B, Hkv, S]) to run the dK product in FP8 under the keys' bound scales
     (`reference.dk_row_scale`) against Q's bytes K-major, in place of copies' QB. ds_out (launch option ds_out): the
@@ -335,7 +387,10 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     flat K / V heads (b·Hkv + h) range this launch covers (all by default), out: (dK, dV) to write them into.
     fold_k (launch option fold_k): K's token-block copy is deferred with its block scales known (k.off.scale, saved
     by the forward), and this kernel derives it from K's per-token rows in shared memory and writes copies' KBF and
-    KBBF itself (`_fold_k_copy`), which the copies pass then skips (`bf16_copies(fold_k=True)`)."""
+    KBBF itself (`_fold_k_copy`), which the copies pass then skips (`bf16_copies(fold_k=True)`). fold_v (with fold_k,
+    `attention_bwd.FOLD_V`): V's copy likewise deferred with its block scales known (v.off.scale), and this kernel
+    reads Vᵀ's per-token bytes (v.vals_t), makes V's rows from them (`_v_rows`) and re-quantizes them into the
+    token-block copy (`_fold_v_copy`), so that the copies pass skips V's half too (copies' VR and VBR: None)."""
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     qb, dot, kbf, kbbf, vr, vbr = copies
@@ -345,13 +400,20 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
         raise ValueError("dkdv(fold_k=True): K's token-block copy must be deferred with its block scales given "
                          "(k.off.scale) and copies' KBF, KBBF to fill: bf16 rows [..., S, D], or E4M3 bytes K-major "
                          "[..., D, S] (`bf16_copies(k_t=True)`)")
+    if fold_v and (not fold_k or not deferred_with_scales(v) or v.vals_t is None or v.vals_t.shape[-2:] != (d, seq)):
+        raise ValueError("dkdv(fold_v=True): needs fold_k=True, and V's token-block copy deferred with its block "
+                         "scales given (v.off.scale) and Vᵀ's per-token bytes [..., D, S] (v.vals_t)")
     heads = range(b * hkv) if heads is None else heads
     if out is None:
         dk = torch.empty(b, hkv, seq, d, dtype=torch.bfloat16, device=q.vals.device)
         dv = torch.empty_like(dk)
     else:
         dk, dv = out
+    if fold_v:  # V's rows come from Vᵀ's bytes in the kernel: K's descriptors stand in for VR's and VBR's (unread)
+        vr = vbr = k.vals
     descs = list(fused.descriptors(q, k, do, qb, dot, vr, vbr, stats))
+    # Vᵀ's per-token bytes in [D, BN] boxes (fold_v), else K's descriptor as a stand-in (unread)
+    vt_desc = fused._cols_desc(v.vals_t, BN, gl.float8e4nv) if fold_v else descs[4]
     rho = tau  # unread without fp8_dk
     if fp8_dk is not None:
         q8t, rho = fp8_dk
@@ -360,9 +422,10 @@ def dkdv(q, k, v, do, copies, stats, tau, sm_scale: float, fp8_dk=None, ds_out=N
     _LAUNCH(
         (seq // BN, len(heads)),
         (*descs, k.scale, k.off.scale, v.scale, v.off.scale, tau, rho, dk, dv, kbf if fold_k else dk,
-         kbbf if fold_k else dk, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, y_desc, heads.start),
+         kbbf if fold_k else dk, sm_scale * 1.4426950408889634, sm_scale, seq, hq // hkv, y_desc, heads.start,
+         vt_desc),
         dict(**constexprs(), FP8_DK=fp8_dk is not None, DS_OUT=ds_out is not None, FOLD_K=fold_k,
-             K_T=fold_k and k_t),
+             K_T=fold_k and k_t, FOLD_V=fold_v),
         dict(num_warps=fused.warps_for(BN), maxnreg=MAXNREG),
     )
     return dk, dv

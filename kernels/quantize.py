@@ -734,13 +734,13 @@ def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
 
 def _key_sides_outputs(k: torch.Tensor, block: int):
     """`_key_side_outputs` of K and of V (transposed, K's shape) in two allocations (`buffers.carve`): what the
-    attention forward saves for the backward — the per-token bytes and scales, and K's block scales (launch option
-    fold_k) — and the token-block copies, which it drops; two calls instead of eight. K's block scales sit in the
-    saved allocation because a saved view holds its whole allocation alive: in the other they would keep both copies'
-    bytes (a quarter of bf16's saved bytes) until the backward."""
+    attention forward saves for the backward — the per-token bytes and scales, and K's and V's block scales (launch
+    option fold_k, `attention_bwd.FOLD_V`) — and the token-block copies, which it drops; two calls instead of eight.
+    The block scales sit in the saved allocation because a saved view holds its whole allocation alive: in the other
+    they would keep both copies' bytes (a quarter of bf16's saved bytes) until the backward."""
     (k_tok, k_copy), (v_tok, v_copy) = _key_side_parts(k, block, False), _key_side_parts(k, block, True)
-    k8, ks, kbs, v8, vs = carve(k.device, [*k_tok, k_copy[1], *v_tok])
-    kb8, vb8, vbs = carve(k.device, [k_copy[0], *v_copy])
+    k8, ks, kbs, v8, vs, vbs = carve(k.device, [*k_tok, k_copy[1], *v_tok, v_copy[1]])
+    kb8, vb8 = carve(k.device, [k_copy[0], v_copy[0]])
     return (k8, ks, kb8, kbs), (v8, vs, vb8, vbs)
 
 

@@ -283,12 +283,13 @@ def _gluon_backward_operands(G):
 
 
 def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = False, ds_fp8: bool = False,
-                      fold_k: bool = False) -> dict:
+                      fold_k: bool = False, fold_v: bool = False) -> dict:
     """compile_report for the sm_90 Gluon dK/dV kernel (`attention_bwd_gluon`; the fp8 fast path's launch), or with
     ws its warp-specialized form (`attention_dkdv_ws`, launch option ws_dkdv: registers are the launch's maxnreg, the
     consumer warpgroup holding 2 × that − the producer's); fp8_dk (ws only): with its dK product in FP8 (launch
     option fp8_dk, against Q8ᵀ); ds_out (ws only): storing dS for `dq_from_ds` (launch option ds_out), ds_fp8 in E4M3
-    (with launch option fp8_dq); fold_k (ws only): K's backward copies made in the kernel (launch option fold_k)."""
+    (with launch option fp8_dq); fold_k (ws only): K's backward copies made in the kernel (launch option fold_k),
+    fold_v with it V's (`attention_bwd.FOLD_V`)."""
     import torch
     from triton.runtime.jit import mangle_type
 
@@ -318,14 +319,22 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
              + ["fp32", "fp32", "i32", "i32"])
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu", ds_fp8), G.BN, G.BM) if ds_out else descs[2]
-        kinds += [mangle_type(y_desc), "i32"]  # and BH0, the launch's first K / V head
-        consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k, "K_T": k_t}
+        # and BH0, the launch's first K / V head; Vᵀ's descriptor (fold_v), else K's as a stand-in
+        vt_desc = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BN, gl_f8()) if fold_v else descs[4]
+        kinds += [mangle_type(y_desc), "i32", mangle_type(vt_desc)]
+        consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k, "K_T": k_t, "FOLD_V": fold_v}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
     stages = consts["STAGES"]
     return {"config": f"{G.warps_for(G.BN)}x{stages}x{G.BM}:bn{G.BN}:pre:gluon" + (":wsdkdv" if ws else "")
             + (":fp8dk" if fp8_dk else "") + (":dsout" if ds_out else "") + (":fp8" if ds_out and ds_fp8 else "")
-            + (":foldk" if fold_k else ""),
+            + (":foldk" if fold_k else "") + (":foldv" if fold_v else ""),
             **ptxas_report(ptx), "mma": mma_kinds(ptx), "loop_spills": loop_spills(ptx)}
+
+
+def gl_f8():
+    from triton.experimental.gluon import language as gl
+
+    return gl.float8e4nv
 
 
 def _bwd_gluon_width() -> int:
@@ -445,7 +454,8 @@ def main(argv=None) -> int:
                                 (gluon_dkdv_report(True, ds_out=True), False),
                                 (gluon_dkdv_report(True, ds_out=True, ds_fp8=True), False),
                                 (gluon_dkdv_report(True, ds_out=True, fold_k=True), False),
-                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True, fold_k=True), False)]
+                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True, fold_k=True), False),
+                                (gluon_dkdv_report(True, ds_out=True, ds_fp8=True, fold_k=True, fold_v=True), False)]
             elif kernel == "dq_from_ds":
                 # one loop is the default launch since session 31 (`dq_from_ds.ONE_LOOP`)
                 reports = [(dq_from_ds_report(), False), (dq_from_ds_report(True), False),

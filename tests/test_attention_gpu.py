@@ -749,9 +749,10 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
     kop, vop = args[1], args[2]
     args[1] = replace(kop, off=OffDiagonal(None, kop.off.scale, kop.off.block))
     args[2] = replace(vop, off=OffDiagonal(None, None, vop.off.block, vop.off.transposed))
-    folds = []
+    folds, folds_v = [], []
     run = attention_dkdv_ws.dkdv
-    monkeypatch.setattr(attention_dkdv_ws, "dkdv", lambda *a, **kw: folds.append(kw.get("fold_k")) or run(*a, **kw))
+    monkeypatch.setattr(attention_dkdv_ws, "dkdv", lambda *a, **kw: folds.append(kw.get("fold_k"))
+                        or folds_v.append(kw.get("fold_v")) or run(*a, **kw))
     deferred = attention_bwd.backward(*args, config=base)
     assert folds and not any(folds), folds
     folds.clear()
@@ -762,6 +763,15 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
     print(f"\n{preset} fold_k {shape}, chunk {chunk}: dQ, dK, dV bit-identical {same} (deferred without fold_k "
           f"{same_deferred}); rel-L2 dQ {_rel(got[0], want[0]):.2e} dK {_rel(got[1], want[1]):.2e}")
     assert all(same) and all(same_deferred) and all(g.abs().sum() > 0 for g in got)
+    # and with V's block scales given as well (as the autograd backward gets them): V's rows and copy made in the
+    # kernel too (attention_bwd.FOLD_V, the default), no key copies pass at all
+    args[2] = replace(vop, off=OffDiagonal(None, vop.off.scale, vop.off.block, vop.off.transposed))
+    folds.clear(), folds_v.clear()
+    got_v = attention_bwd.backward(*args, config={**base, "fold_k": True})
+    assert folds and all(folds) and folds_v and all(folds_v), (folds, folds_v)
+    same_v = [torch.equal(a, b) for a, b in zip(got_v, want, strict=True)]
+    print(f"{preset} fold_k with V's copies (fold_v): dQ, dK, dV bit-identical {same_v}")
+    assert all(same_v)
 
     grads = []
     for fold in (False, True):
@@ -864,6 +874,7 @@ def test_gpu_relaunched_kernels_match_triton_s_launches(preset):
     import sys
 
     from flamia_kernels import (
+        attention_bwd,
         attention_bwd_copies,
         attention_dkdv_ws,
         attention_fwd_gluon,
@@ -878,9 +889,11 @@ def test_gpu_relaunched_kernels_match_triton_s_launches(preset):
             if name.startswith("flamia_kernels.") for attr, value in vars(module).items()
             if isinstance(value, Relaunch) and value.plans()}
     # the fast path's kernels must be among them, or the test checks less than it claims
+    # (the key copies pass runs unless the dK/dV kernel folds both K's and V's copies)
+    folded = attention_bwd.FOLD_K and attention_bwd.FOLD_V and (attention_bwd.FOLD_K_T or preset != "fp8")
     for must in (quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
-                 attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_bwd_copies._KEY_COPIES_LAUNCH,
-                 attention_dkdv_ws._LAUNCH, dq_from_ds._LAUNCH):
+                 attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_dkdv_ws._LAUNCH, dq_from_ds._LAUNCH,
+                 *(() if folded else (attention_bwd_copies._KEY_COPIES_LAUNCH,))):
         assert must.plans(), (must.kernel, sorted(used))
     plans = {name: launch.plans() for name, launch in used.items()}
     inputs = _inputs(2, 8, 2, 1920, 128, seed=62)

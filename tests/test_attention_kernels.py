@@ -212,7 +212,7 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, b
     calls = []
 
     def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
-             fold_k=False):
+             fold_k=False, fold_v=False):
         assert not fold_k  # backward_args' K copy is not deferred
         if ds_out is None:  # the two-kernel backward's call: every head, its own outputs
             calls.append(("dkdv", heads, None, None))
@@ -262,15 +262,15 @@ def test_ds_out_runs_the_chunks_it_plans(heads_per_chunk, chunks, want_chunks, b
     assert torch.equal(dk_full.view(b * hkv, -1)[:, 0], torch.arange(1, b * hkv + 1, dtype=dk.dtype))
 
 
-def _deferred(k, v):
+def _deferred(k, v, v_scales: bool = False):
     """K and V as the autograd backward gets them: both token-block copies deferred, K's block scales known (saved by
-    the forward)."""
+    the forward), and with v_scales V's too."""
     from dataclasses import replace
 
     from flamia_kernels.attention_operands import OffDiagonal
 
     return (replace(k, off=OffDiagonal(None, k.off.scale, k.off.block)),
-            replace(v, off=OffDiagonal(None, None, v.off.block, v.off.transposed)))
+            replace(v, off=OffDiagonal(None, v.off.scale if v_scales else None, v.off.block, v.off.transposed)))
 
 
 @pytest.mark.parametrize("preset", ["fp8-bf16dq", "fp8"])
@@ -291,8 +291,8 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(preset, monkeypatch):
     seen = []
 
     def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
-             fold_k=False):
-        seen.append(("dkdv", fold_k, copies[2], copies[3], k8.off.vals is None))
+             fold_k=False, fold_v=False):
+        seen.append(("dkdv", fold_k, copies[2], copies[3], k8.off.vals is None, fold_v, copies[4], copies[5]))
         return out
 
     def dq_from_ds(buf, kbf, kbbf, b_, hq_, seq_, sm_scale, heads=None, out=None, rho=None):
@@ -310,7 +310,8 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(preset, monkeypatch):
 
     attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k=True))
     assert halves == [(False, True)], halves
-    (_, fold, kbf, kbbf, deferred), (_, kbf_read, kbbf_read) = seen
+    (_, fold, kbf, kbbf, deferred, fold_v, vr, vbr), (_, kbf_read, kbbf_read) = seen
+    assert not fold_v and vr is not None and vbr is not None  # V's block scales not given: V's half ran
     k_t = spec.dsk == "fp8"
     assert fold and deferred and kbf.dtype == kbbf.dtype == (torch.float8_e4m3fn if k_t else torch.bfloat16)
     assert kbf.shape == kbbf.shape == ((b, hkv, 128, seq) if k_t else (b, hkv, seq, 128))
@@ -329,6 +330,19 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(preset, monkeypatch):
     with pytest.raises(ValueError, match="fold_k='yes'"):
         attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k="yes"))
 
+    # V's block scales given too (as the autograd backward gets them): V's half is the kernel's as well (FOLD_V), so
+    # no key copies launch runs, and the kernel gets fold_v with no VR / VBR; with FOLD_V off, V's half runs again
+    both = list(backward_args(spec, q, k, v, do))
+    both[1], both[2] = _deferred(both[1], both[2], v_scales=True)
+    assert attention_bwd.FOLD_V  # the default
+    for fold_v in (True, False):
+        monkeypatch.setattr(attention_bwd, "FOLD_V", fold_v)
+        halves.clear(), seen.clear()
+        attention_bwd.backward(*both, config=ws_ds_out_launch(fold_k=True))
+        (_, fold, _, _, _, got_fold_v, vr, vbr), _ = seen
+        assert fold and got_fold_v is fold_v, seen
+        assert (halves, vr, vbr) == ([], None, None) if fold_v else halves == [(False, True)] and vr is not None
+
 
 @pytest.mark.parametrize("safeguards", [True, False])
 def test_forward_saves_k_block_scales(safeguards):
@@ -341,17 +355,21 @@ def test_forward_saves_k_block_scales(safeguards):
     q, k, v, _ = _inputs(2, 4, 2, 384, 64, seed=71)
     o = flamia_attention(q, k, v, "fp8-bf16dq", safeguards=safeguards)
     saved = o.grad_fn.saved_tensors
-    kbs = saved[-3]
+    kbs, vbs = saved[-4], saved[-3]
     if not safeguards:
-        assert kbs is None
+        assert kbs is None and vbs is None
         return
     want = off_diagonal(Operand(saved[2], saved[3]), 128, QZ, False).scale
     assert kbs.shape == want.shape == (2, 2, 3) and torch.equal(kbs, want) and (kbs > 0).all()
+    # and V's (attention_bwd.FOLD_V), from Vᵀ's saved per-token bytes
+    want_v = off_diagonal(Operand(saved[4], saved[5], vals_t=saved[4]), 128, QZ, False, True).scale
+    assert vbs.shape == want_v.shape == (2, 2, 3) and torch.equal(vbs, want_v) and (vbs > 0).all()
+    assert vbs.untyped_storage().data_ptr() == saved[2].untyped_storage().data_ptr()
     # carved with K's saved bytes, not with the token-block copies the forward drops (a saved view would hold them)
     assert kbs.untyped_storage().data_ptr() == saved[2].untyped_storage().data_ptr()
     docs = torch.zeros(2, 384, dtype=torch.int32)
     docs[:, 200:] = 1
-    assert flamia_attention(q, k, v, "fp8-bf16dq", doc_ids=docs).grad_fn.saved_tensors[-3] is None
+    assert flamia_attention(q, k, v, "fp8-bf16dq", doc_ids=docs).grad_fn.saved_tensors[-4:-2] == (None, None)
 
 
 @pytest.mark.parametrize("b,hq,hkv,seq,pre", [(2, 4, 2, 384, False), (1, 2, 2, 256, True)])
@@ -471,7 +489,7 @@ def test_fp8_ds_out_hands_the_kernels_their_fp8_operands(monkeypatch):
     seen = {}
 
     def dkdv(q8, k8, v8, do8, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
-             fold_k=False):
+             fold_k=False, fold_v=False):
         assert not fold_k  # backward_args gives K's copy: nothing to fold (test_fold_k_leaves_k_copies_...)
         seen.update(buf=ds_out, irho=stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW].clone(), k=k8)
         return out

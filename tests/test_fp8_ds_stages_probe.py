@@ -18,7 +18,7 @@ import fp8_ds_stages_probe as probe  # noqa: E402
 
 def _stand_in(shuffle: bool):
     def dkdv(q, k, v, do, copies, stats, tau, sm_scale, fp8_dk=None, ds_out=None, heads=None, out=None,
-             fold_k=False):
+             fold_k=False, fold_v=False):
         b, hq, seq, _ = q.vals.shape
         gen = torch.Generator().manual_seed(5)
         y = torch.randn(b, hq, seq, seq, generator=gen) * 0.01

@@ -96,7 +96,7 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
-    assert len(row) == 7 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
+    assert len(row) == 8 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
     # the warp-specialized form (attention_dkdv_ws, the default): within its launch's 128 (two programs per SM); and
     # its FP8 dK probe (launch option fp8_dk) and its dS stores for dq_from_ds (launch option ds_out) likewise, the
     # latter without spills (its loop runs at the register wall)
@@ -121,6 +121,12 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
     assert int(row[6].split()[-2]) <= 32, row
     after = out.stdout.split(row[6], 1)[1].split("dkdv_gluon ", 1)[0]
     assert row[6].split()[-2:] == ["0", "0"] or "inside its innermost wgmma loops: 0" in after, out.stdout
+    # and with V's copies folded as well (attention_bwd.FOLD_V: V's rows transposed from Vᵀ's bytes in shared memory
+    # and re-quantized there), the same bounds
+    assert ":wsdkdv:dsout:fp8:foldk:foldv" in row[7] and 0 < int(row[7].split()[-3]) <= 128, row
+    assert int(row[7].split()[-2]) <= 32, row
+    after = out.stdout.split(row[7], 1)[1].split("dkdv_gluon ", 1)[0]
+    assert row[7].split()[-2:] == ["0", "0"] or "inside its innermost wgmma loops: 0" in after, out.stdout
     assert "serialized" not in out.stdout, out.stdout
     for mma in ("m64n32k32.f32.e4m3.e4m3", "m64n128k32.f32.e4m3.e4m3", "m64n128k16.f32.bf16.bf16"):
         assert mma in out.stdout, (mma, out.stdout)
