@@ -428,15 +428,16 @@ DQ_MODES = ("kernel", "atomic")
 # scripts/device/with_constants.py attention_bwd.FOLD_K=False: the same bits either way)
 FOLD_K = True
 # ...and over the fp8 dS buffer (the `fp8` preset's FP8 dQ product), where the kernel writes K's bytes K-major in the
-# buffer's key order instead of bf16 rows (`attention_dkdv_ws._store_k_bytes_t`). The same bits, but slower: on an
-# H100 at 8k (session 31, call 8) the dK/dV kernel took 4070 µs against 3823 for the 142 µs of pass it saves
-# (kernels 6.906 against 6.798 ms a call): its byte stores down D and their spilled addresses cost more than the
-# pass's vector transposition. Off until the kernel writes them faster.
-FOLD_K_T = False
+# buffer's key order instead of bf16 rows (`attention_dkdv_ws._store_k_bytes_t`). The same bits. Written byte by byte
+# down D it was slower (session 31: the dK/dV kernel 4070 against 3823 µs for the 142 µs of pass it saved, H100, 8k);
+# transposed in the shared-memory read and stored as 16-byte vectors (session 32) the H100's kernels other than the
+# forward took 5337 against 5404 µs a call at 8k (three rounds each; 5267 against 5338 in two more).
+FOLD_K_T = True
 # ...and V's copies with K's (launch option fold_k where V's copy is deferred with its block scales saved): the ws
 # dK/dV kernel reads Vᵀ's per-token bytes, transposes them into V's rows in shared memory (`attention_dkdv_ws._v_rows`)
-# and re-quantizes those into V's token-block copy (`_fold_v_copy`), so that no key copies pass runs at all (V's half
-# took 93 µs at 8k on an H100, session 32). The same bits.
+# and re-quantizes those into V's token-block copy (`_fold_v_copy`), so that no key copies pass runs at all. The same
+# bits. On the H100 at 8k (session 32, `fp8`, three rounds each): V's half of the pass (92 µs) gone for +22 µs of dK/dV
+# kernel; the kernels other than the forward 5271 against 5337 µs a call.
 FOLD_V = True
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
@@ -517,10 +518,12 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     it made fwd + bwd 2–4% slower at 8k / 16k (a `dq_from_ds` program takes a dK/dV program's place on its SM).
     "fold_k" (the fast path's default; where ds_out runs with K's copy deferred and its block scales saved, as the
     autograd backward gives them): the ws dK/dV kernel writes K's copies for `dq_from_ds` (KBF, KBBF: bf16 rows over
-    a bf16 buffer; over the fp8 one only where FOLD_K_T is set, which is off because it was slower, K's E4M3 bytes
-    K-major) and re-quantizes K's token-block copy from the per-token rows it already holds in shared memory, so the
-    copies pass skips K's half (bf16: 111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and
-    KBBF); the same bits. Session 30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6).
+    a bf16 buffer; over the fp8 one, where FOLD_K_T is set (the default), K's E4M3 bytes K-major) and re-quantizes
+    K's token-block copy from the per-token rows it already holds in shared memory, so the copies pass skips K's half
+    (bf16: 111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits. Session
+    30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6). With FOLD_V (the default) and V's
+    block scales saved too, the kernel also makes V's rows from Vᵀ's bytes and its token-block copy, and no key
+    copies pass runs (session 32: −66 µs a call more on an H100 at 8k).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]

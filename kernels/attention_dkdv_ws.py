@@ -34,10 +34,15 @@ backward copies: at the program's start it writes K's per-token rows as bf16 (KB
 diagonal's products on them have retired it re-quantizes them in place into K's token-block copy under the block
 scales the forward saved and writes the copy's rows as bf16 (KBBF), where the producer loaded that copy and the
 copies pass wrote all three (`_fold_k_copy`): −142 µs of pass for ~+35 µs here, ~−110 µs of kernels a call at S = 8k
-on an H100, the same bits (session 30). Over the fp8 buffer (K_T, `attention_bwd.FOLD_K_T`, off) it writes K's E4M3
-bytes K-major in that buffer's key order instead (`_store_k_bytes_t`): the same bits, but on an H100 at 8k this
-kernel took 4070 µs against 3823 for the 142 µs of pass it saves (session 31): its byte-wide stores down D (128
-bytes of their addresses spilled) cost more than the pass's transposition.
+on an H100, the same bits (session 30). Over the fp8 buffer (K_T, `attention_bwd.FOLD_K_T`) it writes K's E4M3
+bytes K-major in that buffer's key order instead (`_store_k_bytes_t`), transposed in the shared-memory read and stored
+as 16-byte vectors: the same bits; byte by byte down D (session 31) this kernel took 4070 µs against 3823 for the 142
+µs of pass it saves, as vectors (session 32, H100, 8k) +75 µs here for −140 of pass.
+With FOLD_V as well (`attention_bwd.FOLD_V`; V's block scales saved by the forward too) the producer brings Vᵀ's
+per-token bytes instead of V's rows, the consumer transposes them into V's rows in place (`_v_rows`) before the first
+product and, once the diagonal's products have retired, re-quantizes them into V's token-block copy (`_fold_v_copy`),
+where the producer loaded the copies pass's VBR: no key copies pass runs (session 32, H100, 8k: +22 µs here for the
+92 µs of V's half).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """

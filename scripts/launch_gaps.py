@@ -79,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--preset", default="fp8", help="the FLAMIA preset timed (default fp8)")
     ap.add_argument("--launch", type=load_launch, default=None,
                     help="JSON {\"fwd\": {...}, \"bwd\": {...}} of launch options for every fp8 call")
     args = ap.parse_args()
@@ -88,10 +89,10 @@ def main() -> None:
 
     def forward():
         with torch.no_grad():
-            flamia_attention(q, k, v, "fp8")
+            flamia_attention(q, k, v, args.preset)
 
     def train_step():
-        one_call(lambda: flamia_attention(qg, kg, vg, "fp8"), do, "fwdbwd", (qg, kg, vg))
+        one_call(lambda: flamia_attention(qg, kg, vg, args.preset), do, "fwdbwd", (qg, kg, vg))
 
     def cudnn():
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -101,9 +102,9 @@ def main() -> None:
 
     print(f"B={b} H={h} S={s} D={d}" + (f", launch {args.launch}" if args.launch else ""), flush=True)
     with launch_overrides(args.launch):
-        report("fp8 forward (no_grad)", forward, args.calls)
+        report(f"{args.preset} forward (no_grad)", forward, args.calls)
         report("cuDNN forward (no_grad)", cudnn, args.calls)
-        report("fp8 training step (fwd+bwd)", train_step, args.calls)
+        report(f"{args.preset} training step (fwd+bwd)", train_step, args.calls)
 
 
 if __name__ == "__main__":

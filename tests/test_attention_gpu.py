@@ -736,7 +736,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
     from flamia_kernels.attention_operands import OffDiagonal
 
     spec = AttentionSpec.parse(preset)
-    monkeypatch.setattr(attention_bwd, "FOLD_K_T", True)  # over the fp8 buffer an opt-in (slower on the H100)
+    assert attention_bwd.FOLD_K_T  # over the fp8 buffer too, the default since session 32
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=73)
     args = list(backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5))
