@@ -107,7 +107,8 @@ class _FlamiaAttention(torch.autograd.Function):
         # scales (S / 128 floats a head) too, so that the ws dK/dV kernel can re-quantize the copy from the rows it
         # holds (launch option fold_k) without a pass over K for the amax.
         kbs = ops.k.off.scale if safeguards and ops.k.off is not None and doc_ids is None else None
-        # and V's (launch option fold_k with attention_bwd.FOLD_V: V's copy re-quantized in that kernel as well)
+        # and V's (launch option fold_k with attention_bwd.FOLD_V: V's copy re-quantized in that kernel as well, over
+        # the fp8 dS buffer)
         vbs = ops.v.off.scale if safeguards and ops.v.off is not None and doc_ids is None else None
         ctx.save_for_backward(ops.q.vals, ops.q.scale, ops.k.vals, ops.k.scale, ops.v.vals_t, ops.v.scale,
                               o_saved.vals, o_saved.scale, *(doc or (None,) * 3), kbs, vbs, lse2, moff)

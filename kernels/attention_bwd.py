@@ -436,9 +436,11 @@ FOLD_K_T = True
 # ...and V's copies with K's (launch option fold_k where V's copy is deferred with its block scales saved): the ws
 # dK/dV kernel reads Vᵀ's per-token bytes, transposes them into V's rows in shared memory (`attention_dkdv_ws._v_rows`)
 # and re-quantizes those into V's token-block copy (`_fold_v_copy`), so that no key copies pass runs at all. The same
-# bits. On the H100 at 8k (session 32, `fp8`, three rounds each): V's half of the pass (92 µs) gone for +22 µs of dK/dV
-# kernel; the kernels other than the forward 5271 against 5337 µs a call.
-FOLD_V = True
+# bits. By the dS buffer's kind, as timed on the H100 at 8k (session 32): over the fp8 buffer (`fp8`, three rounds
+# each) V's half of the pass (92 µs) went for +22 µs of dK/dV kernel, the kernels other than the forward 5271 against
+# 5337 µs a call; over the bf16 buffer (`fp8-bf16dq`, two rounds each) the kernel took +118 µs (3897 against 3779) for
+# the 91 µs of pass, 5955 against 5928 µs: off there.
+FOLD_V = {"fp8": True, "bf16": False}
 # launch option ds_out's default workspace: the dS buffers of the fast path's backward, at most this many bytes at
 # once (S² + 128·S bytes a query head: 78 heads at S = 8k in one chunk, 19 at 16k, 4 at 32k, 1 at 64k; from ~73k on
 # no head fits and the dQ kernel runs, with the same bits)
@@ -521,9 +523,9 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     a bf16 buffer; over the fp8 one, where FOLD_K_T is set (the default), K's E4M3 bytes K-major) and re-quantizes
     K's token-block copy from the per-token rows it already holds in shared memory, so the copies pass skips K's half
     (bf16: 111 µs at 8k on the H200, 142 on an H100: it read K8 and wrote KB8, KBF and KBBF); the same bits. Session
-    30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6). With FOLD_V (the default) and V's
-    block scales saved too, the kernel also makes V's rows from Vᵀ's bytes and its token-block copy, and no key
-    copies pass runs (session 32: −66 µs a call more on an H100 at 8k).
+    30, H100, 8k: ~−110 µs of kernels a call (docs/benchmarks.md, calls 4 and 6). With FOLD_V (over the fp8 buffer,
+    the default) and V's block scales saved too, the kernel also makes V's rows from Vᵀ's bytes and its token-block
+    copy, and no key copies pass runs (session 32: −66 µs a call more on an H100 at 8k).
     """
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
@@ -634,7 +636,7 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     # and its block scales saved
     fold_k = fold_k and pre and bool(ds_heads) and deferred_with_scales(k) and (FOLD_K_T or not fp8_dq)
     if pre:
-        fold_v = fold_k and FOLD_V and deferred_with_scales(v)
+        fold_v = fold_k and FOLD_V["fp8" if fp8_dq else "bf16"] and deferred_with_scales(v)
         qb, kbf, kbbf, vr, vbr, vbs, kb, kbs = bf16_copies(q, k, v, do, lse2, moff, delta, stats,
                                                            k_t=bool(ds_heads) and fp8_dq, fold_k=fold_k,
                                                            fold_v=fold_v)

@@ -11,9 +11,9 @@ once per row, before the kernels run:
 
 and, for the Gluon dK/dV kernel, each query's statistics (`query_stats`). With launch option fold_k (the fast
 path's default) the ws dK/dV kernel makes KBF and KBBF itself — bf16 rows, or, where `attention_bwd.FOLD_K_T` is set
-(the default), K-major E4M3 bytes for the FP8 dQ product — and K's half is not run; with `attention_bwd.FOLD_V` (the
-default, V's block scales saved) it makes V's rows and copy too, and no key copies launch runs at all.
-The dV product needs no copy
+(the default), K-major E4M3 bytes for the FP8 dQ product — and K's half is not run; with `attention_bwd.FOLD_V`
+(over the fp8 dS buffer by default, V's block scales saved) it makes V's rows and copy too, and no key copies launch
+runs at all. The dV product needs no copy
 here: it is an FP8 product on this path (`AttentionSpec.fp8_dv`) whose B operand, dO's bytes K-major,
 dO's pre-pass writes (`quantize.quantize_fp8_per_token_with_delta(transposed=True)`); until session 16 it
 was bf16 against DOB = bf16(dO8 · s_dO · (1/256) / l) from this pass. The values are the ones the

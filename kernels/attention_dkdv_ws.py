@@ -38,11 +38,11 @@ on an H100, the same bits (session 30). Over the fp8 buffer (K_T, `attention_bwd
 bytes K-major in that buffer's key order instead (`_store_k_bytes_t`), transposed in the shared-memory read and stored
 as 16-byte vectors: the same bits; byte by byte down D (session 31) this kernel took 4070 µs against 3823 for the 142
 µs of pass it saves, as vectors (session 32, H100, 8k) +75 µs here for −140 of pass.
-With FOLD_V as well (`attention_bwd.FOLD_V`; V's block scales saved by the forward too) the producer brings Vᵀ's
-per-token bytes instead of V's rows, the consumer transposes them into V's rows in place (`_v_rows`) before the first
-product and, once the diagonal's products have retired, re-quantizes them into V's token-block copy (`_fold_v_copy`),
-where the producer loaded the copies pass's VBR: no key copies pass runs (session 32, H100, 8k: +22 µs here for the
-92 µs of V's half).
+With FOLD_V as well (`attention_bwd.FOLD_V`, over the fp8 buffer; V's block scales saved by the forward too) the
+producer brings Vᵀ's per-token bytes instead of V's rows, the consumer transposes them into V's rows in place
+(`_v_rows`) before the first product and, once the diagonal's products have retired, re-quantizes them into V's
+token-block copy (`_fold_v_copy`), where the producer loaded the copies pass's VBR: no key copies pass runs (session 32,
+H100, 8k: +22 µs here for the 92 µs of V's half over the fp8 buffer, +118 µs over the bf16 one).
 Scope: `attention_bwd_gluon.eligible`'s. Gluon has no interpreter: on the CPU this compiles for sm_90 only
 (tests/test_kernel_registers.py).
 """

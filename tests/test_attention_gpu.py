@@ -737,6 +737,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
 
     spec = AttentionSpec.parse(preset)
     assert attention_bwd.FOLD_K_T  # over the fp8 buffer too, the default since session 32
+    monkeypatch.setattr(attention_bwd, "FOLD_V", {"fp8": True, "bf16": True})  # over bf16 an opt-in (slower)
     b, hq, hkv, seq = shape
     q, k, v, do = _inputs(b, hq, hkv, seq, 128, seed=73)
     args = list(backward_args(spec, q, k, v, do, safeguards=True, sm_scale=128 ** -0.5))
@@ -764,7 +765,7 @@ def test_gpu_fold_k_keeps_the_bits(shape, chunk, preset, monkeypatch):
           f"{same_deferred}); rel-L2 dQ {_rel(got[0], want[0]):.2e} dK {_rel(got[1], want[1]):.2e}")
     assert all(same) and all(same_deferred) and all(g.abs().sum() > 0 for g in got)
     # and with V's block scales given as well (as the autograd backward gets them): V's rows and copy made in the
-    # kernel too (attention_bwd.FOLD_V, the default), no key copies pass at all
+    # kernel too (attention_bwd.FOLD_V), no key copies pass at all
     args[2] = replace(vop, off=OffDiagonal(None, vop.off.scale, vop.off.block, vop.off.transposed))
     folds.clear(), folds_v.clear()
     got_v = attention_bwd.backward(*args, config={**base, "fold_k": True})
@@ -890,7 +891,8 @@ def test_gpu_relaunched_kernels_match_triton_s_launches(preset):
             if isinstance(value, Relaunch) and value.plans()}
     # the fast path's kernels must be among them, or the test checks less than it claims
     # (the key copies pass runs unless the dK/dV kernel folds both K's and V's copies)
-    folded = attention_bwd.FOLD_K and attention_bwd.FOLD_V and (attention_bwd.FOLD_K_T or preset != "fp8")
+    folded = attention_bwd.FOLD_K and (attention_bwd.FOLD_K_T and attention_bwd.FOLD_V["fp8"] if preset == "fp8"
+                                       else attention_bwd.FOLD_V["bf16"])
     for must in (quantize._KEY_SIDES_LAUNCH, attention_fwd_gluon._FWD_LAUNCH, quantize._TOKENS_DELTA_LAUNCH,
                  attention_bwd_copies._QUERY_COPIES_LAUNCH, attention_dkdv_ws._LAUNCH, dq_from_ds._LAUNCH,
                  *(() if folded else (attention_bwd_copies._KEY_COPIES_LAUNCH,))):

@@ -330,13 +330,15 @@ def test_fold_k_leaves_k_copies_to_the_dkdv_kernel(preset, monkeypatch):
     with pytest.raises(ValueError, match="fold_k='yes'"):
         attention_bwd.backward(*args, config=ws_ds_out_launch(fold_k="yes"))
 
-    # V's block scales given too (as the autograd backward gets them): V's half is the kernel's as well (FOLD_V), so
-    # no key copies launch runs, and the kernel gets fold_v with no VR / VBR; with FOLD_V off, V's half runs again
+    # V's block scales given too (as the autograd backward gets them): V's half is the kernel's as well (FOLD_V, the
+    # default over the fp8 buffer only), so no key copies launch runs, and the kernel gets fold_v with no VR / VBR;
+    # with FOLD_V off for the buffer, V's half runs again
     both = list(backward_args(spec, q, k, v, do))
     both[1], both[2] = _deferred(both[1], both[2], v_scales=True)
-    assert attention_bwd.FOLD_V  # the default
+    kind = "fp8" if k_t else "bf16"
+    assert attention_bwd.FOLD_V == {"fp8": True, "bf16": False}
     for fold_v in (True, False):
-        monkeypatch.setattr(attention_bwd, "FOLD_V", fold_v)
+        monkeypatch.setattr(attention_bwd, "FOLD_V", {**attention_bwd.FOLD_V, kind: fold_v})
         halves.clear(), seen.clear()
         attention_bwd.backward(*both, config=ws_ds_out_launch(fold_k=True))
         (_, fold, _, _, _, got_fold_v, vr, vbr), _ = seen
