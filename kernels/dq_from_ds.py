@@ -49,8 +49,12 @@ if HAS_TRITON:
     from .attention_quant import mma
 
 # QB queries per program = per tile of the dS buffer; BN keys per tile (the dK/dV kernel's keys per program); TB the
-# forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s
-WARPS, STAGES = 8, 3
+# forward's token block, whose key blocks use K's per-token bytes: the buffer's layout, `attention_bwd_gluon`'s.
+# Ring stages by the buffer's kind: on an H100 at S = 8k, B×H = 64 (session 32, scripts/device/dq_from_ds_probe.py,
+# five rounds over two calls) the fp8 buffer's 0.887–0.909 ms at 5 stages against 0.945–0.981 at 3 (4: 0.892–0.918,
+# 6: 0.893–0.913), the bf16 one's 1.640–1.644 at 4 against 1.670–1.675 at 3; the same bits. (Three stages were the
+# bf16 buffer's pick of session 25, when an fp8 buffer did not exist.)
+WARPS, STAGES = 8, {"fp8": 5, "bf16": 4}
 # the buffer's tiles and K's blocks read by TMA (host tensor descriptors) instead of each thread's loads: a probe of
 # whether the copy engine reads the buffer nearer the H200's 4.8 TB/s than the loads' ~3.2 (session 29: on an H100
 # no faster, 1.744 ms at 8 warps × 4 stages against 1.753); the same sums
@@ -275,5 +279,5 @@ def dq_from_ds(ds: torch.Tensor, kbf: torch.Tensor, kbbf: torch.Tensor, b: int, 
     launch((seq // rows, len(heads)),
            (y, kf, kbf_, rho if fp8 else out, out, sm_scale, seq, hq // kbf.shape[1], heads.start),
            dict(D=d, QB=QB, BN=BN, TB=TB, FP8=fp8, INTERP=INTERPRET, **kernel_options),
-           dict(num_warps=WARPS, num_stages=STAGES))
+           dict(num_warps=WARPS, num_stages=STAGES["fp8" if fp8 else "bf16"]))
     return out

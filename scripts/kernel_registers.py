@@ -396,7 +396,7 @@ def dq_from_ds_report(fp8: bool = False, pairs: bool = False, warps: int | None 
         sig, consts = {**sig, "ONE_LOOP": "constexpr"}, {**consts, "ONE_LOOP": True}
     # pointers 16-byte aligned and S a multiple of 16, as Triton specializes the real launch
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 6)}
-    warps, stages = warps or M.WARPS, stages or M.STAGES
+    warps, stages = warps or M.WARPS, stages or M.STAGES["fp8" if fp8 else "bf16"]  # the module's launch
     kernel = M._dq_from_ds_pairs_kernel if pairs else M._dq_from_ds_kernel
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
