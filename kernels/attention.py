@@ -130,16 +130,19 @@ class _FlamiaAttention(torch.autograd.Function):
                 k_op.off = replace(k_op.off, scale=kbs)
             if vbs is not None and v_op.off is not None and v_op.off.deferred:
                 v_op.off = replace(v_op.off, scale=vbs)
+        do_l1 = None
         if spec.do == "fp8":  # dO's bytes and delta in one pass over dO and the saved fp8 O (and, for the FP8
-            # dV product, the bytes K-major)
-            do8, sdo, delta, *do8t = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_, transposed=spec.fp8_dv)
-            do = Operand(do8, sdo[..., 0], do8t[0] if do8t else None)
+            # dV product, the bytes K-major; for the FP8 dQ product, ρ's ‖dO8_i‖₁)
+            do8, sdo, delta, *extra = QZ.quantize_fp8_per_token_with_delta(grad_o, ov, os_, transposed=spec.fp8_dv,
+                                                                           row_l1=spec.dsk == "fp8")
+            do = Operand(do8, sdo[..., 0], extra[0] if spec.fp8_dv else None)
+            do_l1 = extra[-1] if spec.dsk == "fp8" else None
         else:
             do = quantize_operand(grad_o.contiguous(), spec.do, QZ)
             delta = backward_delta(do, Operand(ov, os_))
         dq, dk, dv = attention_bwd.backward(Operand(qv, qs), k_op, v_op, do, lse2, moff, delta, spec, causal,
                                             safeguards, sm_scale, SEQ_BLOCK,
-                                            doc=None if doc[0] is None else tuple(doc))
+                                            doc=None if doc[0] is None else tuple(doc), do_l1=do_l1)
         return dq, dk, dv, None, None, None, None, None
 
 

@@ -474,12 +474,14 @@ def _fold_rows(v_scale: torch.Tensor, block: int, causal: bool):
 
 
 def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: bool, sm_scale: float,
-             block: int, config: dict | None = None, doc=None):
+             block: int, config: dict | None = None, doc=None, do_l1: torch.Tensor | None = None):
     """dQ [B, Hq, S, D], dK, dV [B, Hkv, S, D] (bf16) from the forward's operands.
 
     q, k, do: Operands; v: Operand with `vals_t` [B, Hkv, D, S]; k.off / v.off: the token-block
     copies the forward read off the diagonal (`attention_operands.off_diagonal`), or None.
     lse2, moff: the forward's row statistics (reference.pack_stats); delta fp32 [B, Hq, S].
+    do_l1 (optional, fp32 [B, Hq, S]): each query's Σ_d |dO8| from dO's pass, for ρ of an FP8 dQ product
+    (`dq_row_scale_fast`), which then need not read dO's bytes.
     block: the forward tile (SEQ_BLOCK); the sub-tiles along each product's contraction are
     DS_TILE (dS's scale group). config (benchmark sweeps): num_warps / num_stages, "sub"
     (another sub-tile; only where dS's format has no per-group scale, bf16 or mxfp8), "dq_warps" /
@@ -685,7 +687,8 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
             if ds_heads:
                 # with fp8_dq the buffer in E4M3 under ρ (1/ρ in the statistics the dK/dV kernel copies) and copies'
                 # KBF, KBBF K's bytes K-major (`bf16_copies(k_t=True)`)
-                rho = dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal) if fp8_dq else None
+                rho = (dq_row_scale_fast(do, k, v, stats, attention_bwd_gluon.DS_IRHO_ROW, causal, do_l1=do_l1)
+                       if fp8_dq else None)
                 overlap = _side_stream(q.vals.device, "high") if len(ds_buf) > 1 and q.vals.is_cuda else None
                 dq = _dkdv_and_dq_from_ds(q, k, v, do, copies, stats, tau, sm_scale, ds_buf, ds_heads, (dk, dv), rho,
                                           overlap, fold_k, fold_v)

@@ -158,11 +158,13 @@ if HAS_GLUON:
         """FOLD_K with K_T (the FP8 dQ product): the E4M3 rows in k_s to XT [B·Hkv, D, S] K-major, the keys of each 16
         in the fp8 dS buffer's order (`attention_bwd_gluon.DS_KEY_ORDER`: key 16w + 8h + g at place 16w + 2g + h), as
         `attention_bwd_copies._store_bytes_transposed` writes copies' KBF / KBBF. The transposition happens in the
-        shared-memory read: k_s seen as [BN / 16 groups, 16 keys, D], each thread reads keys g and g + 8 (g = 0..7) of
-        one group for 4 consecutive d (4-byte reads of a swizzled row), packs each pair into a 16-bit word (key g's byte
-        low: little-endian, so the word holds places 2g and 2g + 1) and stores a d's 8 words as one 16-byte vector.
-        Written byte by byte down D (each thread 16 bytes of a row, one store a byte) this took the H100 247 µs of
-        kernel at S = 8k for the 142 µs of pass it saved (session 31). L: the caller's layout, for its warp count."""
+        shared-memory read: k_s seen as [BN / 16 groups, 16 keys, D], each thread holds keys g and g + 8 (g = 0..7) of
+        one group for 4 consecutive d (ptxas reads them by ldmatrix, two a copy), packs each pair into a 16-bit word
+        (key g's byte low: little-endian, so the word holds places 2g and 2g + 1; the byte shuffles are ~200 PRMT a
+        copy, once a program) and stores a d's 8 words as one 16-byte vector. Written byte by byte down D (one store a
+        byte, 128 bytes of their addresses spilled) this took the H100 247 µs of kernel at S = 8k for the 142 µs of pass
+        it saved (session 31); so, ~+70 µs (session 32). L: unused (`_store_k_copy`'s signature; the warps are the
+        partition's)."""
         BN: gl.constexpr = k_s.shape[0]
         D: gl.constexpr = k_s.shape[1]
         NW: gl.constexpr = gl.num_warps()
@@ -192,14 +194,11 @@ if HAS_GLUON:
 
     @gluon.jit
     def _fold_k_copy(k_s, ks, KBBF, kbs, bhk, S, first, L: gl.constexpr, K_T: gl.constexpr):
-        """FOLD_K, once every product on K's per-token rows has retired (their bf16 copy KBF written at the program's
-        start): those rows re-quantized in place into K's token-block copy, as `attention_bwd_copies._key_copies_kernel`
-        (K_REQ) writes KB from the same bytes — x = E4M3 value · s_k per element, x / kbs by
-        `quantize._div_by_shared`'s division (one IEEE reciprocal, Markstein's correction), the hardware's E4M3 bytes
-        with the NaN fix where kbs is not finite (`_store_e4m3`) — and the copy's rows as bf16 to KBBF
-        (`_store_k_rows_bf16`). kbs: the block's scale the forward computed and saved (`attention.py`), from the amax
-        of those same values. Each thread re-reads the places it wrote; the barrier orders every warp's bytes before
-        the next products read k_s. ks: the rows' scales as the program loaded them (a layout conversion here, not a
+        """FOLD_K, once every product on K's per-token rows has retired (their copy KBF written at the program's start):
+        those rows re-quantized in place into K's token-block copy under kbs (`_requant_rows`: as
+        `attention_bwd_copies._key_copies_kernel`'s K_REQ writes KB from the same bytes), and that copy to KBBF
+        (`_store_k_copy`: bf16 rows, or with K_T E4M3 bytes K-major). The barrier orders every warp's bytes before the
+        next products read k_s. ks: the rows' scales as the program loaded them (a layout conversion here, not a
         second read of global memory at this point, where the program waits for it)."""
         _requant_rows(k_s, ks, kbs, L)
         _store_k_copy(k_s, KBBF, bhk, S, first, L, K_T)
@@ -228,7 +227,8 @@ if HAS_GLUON:
         """FOLD_V, at the program's start: v_s holds Vᵀ's per-token bytes [D, BN] (keys contiguous, as the TMA
         brought them: vt_desc's layout); they become V's rows [BN, D] in place, the dPᵀ product's A operand
         (the copies pass's VR: the same bytes). Each thread reads 4 d × 16 keys (four 16-byte reads), every warp reads
-        before any writes, and each thread writes its 16 keys' 4 d (4-byte writes of the swizzled rows)."""
+        before any writes, and its 16 keys' 4 d go back through byte shuffles and stmatrix (sm_90 SASS: 4 LDS.128,
+        ~50 PRMT, 4 STSM a thread): +22 µs of kernel at S = 8k on an H100 with the re-quantization below."""
         BN: gl.constexpr = v_s.shape[0]
         D: gl.constexpr = v_s.shape[1]
         NW: gl.constexpr = gl.num_warps()

@@ -37,9 +37,12 @@ if HAS_TRITON:
         return tl.where(x > 0, tl.where(bits >= 0x7F800000, x, up.to(tl.float32, bitcast=True)), 1.0)
 
     @triton.jit
-    def _dq_row_scale_kernel(DO8, STATS, KS, VS, KBS, VBS, RHO, S, G, D: tl.constexpr, TB: tl.constexpr,
-                             NT: tl.constexpr, ROWS: tl.constexpr, IRHO_ROW: tl.constexpr):
-        """ρ for TB queries (token block t) of query head bh; 1/ρ into STATS' row IRHO_ROW."""
+    def _dq_row_scale_kernel(DO8, L1, STATS, KS, VS, KBS, VBS, RHO, S, G, D: tl.constexpr, TB: tl.constexpr,
+                             NT: tl.constexpr, ROWS: tl.constexpr, IRHO_ROW: tl.constexpr,
+                             HAS_L1: tl.constexpr = False):
+        """ρ for TB queries (token block t) of query head bh; 1/ρ into STATS' row IRHO_ROW. HAS_L1: ‖dO8_i‖₁ from L1
+        (the dO pass's, `quantize.quantize_fp8_per_token_with_delta(row_l1=True)`) instead of from dO's bytes, whose
+        read (S·D bytes a head) was most of this kernel's time (37 µs at S = 8k, B×H = 64 on an H100)."""
         t = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
         bhk = bh // G
@@ -48,8 +51,11 @@ if HAS_TRITON:
         linv = tl.load(stats + 2 * S)
         delta = tl.load(stats + 3 * S)
         sdo = tl.load(stats + 4 * S)
-        byte = tl.load(DO8 + (bh * S + offs)[:, None] * D + tl.arange(0, D)[None, :]).to(tl.int32)
-        l1 = tl.sum(tl.abs(_e4m3_value(byte)), 1)
+        if HAS_L1:
+            l1 = tl.load(L1 + bh * S + offs)
+        else:
+            byte = tl.load(DO8 + (bh * S + offs)[:, None] * D + tl.arange(0, D)[None, :]).to(tl.int32)
+            l1 = tl.sum(tl.abs(_e4m3_value(byte)), 1)
         f = ((linv * sdo) * l1) * 448.0
         g = linv * tl.abs(delta)
         ks = tl.load(KS + bhk * S + offs)
@@ -72,11 +78,14 @@ _LAUNCH = Relaunch(_dq_row_scale_kernel) if HAS_TRITON else None
 TB = 128  # queries a program: the forward's token block (the copies' block)
 
 
-def dq_row_scale_fast(do, k, v, stats: torch.Tensor, irho_row: int, causal: bool = True) -> torch.Tensor:
+def dq_row_scale_fast(do, k, v, stats: torch.Tensor, irho_row: int, causal: bool = True,
+                      do_l1: torch.Tensor | None = None) -> torch.Tensor:
     """ρ [B, Hq, S] fp32 (`reference.dq_row_scale`'s values) from dO's operand, K's and V's (with their token-block
     copies' block scales, `OffDiagonal`) and the queries' statistics (`attention_bwd_copies.query_stats`, filled:
     1/l, delta and s_dO), writing 1/ρ into stats' row irho_row too. Causal with the copies, in one Triton launch
-    where Triton runs; else the reference's PyTorch from the same statistics."""
+    where Triton runs; else the reference's PyTorch from the same statistics. do_l1 [B, Hq, S] fp32: each query's
+    Σ_d |dO8| as the dO pass wrote it (`quantize.quantize_fp8_per_token_with_delta(row_l1=True)`), so that the
+    launch does not read dO's bytes again."""
     b, hq, seq, d = do.vals.shape
     hkv = k.vals.shape[1]
     rows = stats.shape[1]
@@ -88,11 +97,16 @@ def dq_row_scale_fast(do, k, v, stats: torch.Tensor, irho_row: int, causal: bool
                            v.scale, v.off.per_token_scale() if v.off else None, causal)
         st[:, :, irho_row] = 1.0 / rho
         return rho
+    if do_l1 is not None and (do_l1.shape != (b, hq, seq) or do_l1.dtype != torch.float32):
+        raise ValueError(f"dq_row_scale_fast: do_l1 {tuple(do_l1.shape)} {do_l1.dtype} must be [B, Hq, S] = "
+                         f"{(b, hq, seq)} fp32 (each query's Σ_d |dO8|)")
     rho = torch.empty(b, hq, seq, dtype=torch.float32, device=do.vals.device)
     n_blocks = seq // TB
     _LAUNCH((n_blocks, b * hq),
-            (do.vals.view(torch.uint8), stats, k.scale.float().contiguous(), v.scale.float().contiguous(),
-             k.off.scale.float().contiguous(), v.off.scale.float().contiguous(), rho, seq, hq // hkv),
-            dict(D=d, TB=TB, NT=triton.next_power_of_2(n_blocks), ROWS=rows, IRHO_ROW=irho_row),
+            (do.vals.view(torch.uint8), rho if do_l1 is None else do_l1.contiguous(), stats,
+             k.scale.float().contiguous(), v.scale.float().contiguous(), k.off.scale.float().contiguous(),
+             v.off.scale.float().contiguous(), rho, seq, hq // hkv),
+            dict(D=d, TB=TB, NT=triton.next_power_of_2(n_blocks), ROWS=rows, IRHO_ROW=irho_row,
+                 HAS_L1=do_l1 is not None),
             dict(num_warps=4, enable_fp_fusion=False))
     return rho

@@ -386,12 +386,14 @@ if HAS_TRITON:
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
-        X, X8, X8T, Scale, O8, OScale, Delta, S, D: tl.constexpr,
+        X, X8, X8T, Scale, O8, OScale, Delta, L1, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_T: tl.constexpr = False,
+        WRITE_L1: tl.constexpr = False,
     ):
         """One program: BLOCK_S tokens of dO; per-token fp8 bytes and scales of dO, and the backward's
         delta = rowsum(deq(dO) ∘ deq(O)) from the saved per-token fp8 O, in one read of each. WRITE_T: the
-        bytes also as [D, S] (the dV product's K-major B operand)."""
+        bytes also as [D, S] (the dV product's K-major B operand). WRITE_L1: each token's Σ_d |E4M3 value| of its
+        bytes (unscaled), which the FP8 dQ product's ρ needs (`dq_row_scale`), from the bytes in hand."""
         bh = tl.program_id(0).to(tl.int64)
         offs_s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
         offs_d = tl.arange(0, BLOCK_D)
@@ -401,6 +403,8 @@ if HAS_TRITON:
         byte, scale = _fp8_row_codes(x, BLOCK_S, BLOCK_D, TINY)
         tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
         tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
+        if WRITE_L1:
+            tl.store(L1 + bh * S + offs_s, tl.sum(tl.abs(_e4m3_value(byte)), axis=1), mask=offs_s < S)
         if WRITE_T:
             _store_transposed(X8T, byte.to(tl.uint8), mask, bh, offs_s, offs_d, S, D)
         o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
@@ -782,21 +786,24 @@ _TOKENS_DELTA_LAUNCH = Relaunch(_fp8_tokens_delta_kernel) if HAS_TRITON else Non
 
 
 def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale: torch.Tensor,
-                                      transposed: bool = False):
+                                      transposed: bool = False, row_l1: bool = False):
     """dO's per-token fp8 and the attention backward's delta, in one pass.
 
     x (dO) [..., S, D]; o8 float8_e4m3fn [..., S, D] with per-token o_scale [..., S] (the forward's
     saved O). Returns (x8, scale [..., S, 1], delta [..., S] fp32): x8 and scale are the bytes of
     `formats.quantize_fp8_per_token`; delta = rowsum(x8·scale ∘ o8·o_scale), as
     `attention_operands.backward_delta` (up to the order of the fp32 sum). transposed: also x8_t
-    [..., D, S], the same bytes K-major (the FP8 dV product's B operand), written in the same pass.
+    [..., D, S], the same bytes K-major (the FP8 dV product's B operand), written in the same pass. row_l1:
+    last, each token's Σ_d |x8| [..., S] fp32 (the bytes' E4M3 values, unscaled: ρ's ‖dO8_i‖₁,
+    `dq_row_scale.dq_row_scale_fast`), so that ρ need not read the bytes again.
     """
     if transposed and x.dim() < 2:
         raise ValueError(f"a transposed copy needs x of shape [..., S, D], got {tuple(x.shape)}")
     if x.dim() < 2 or not can_run_triton(x):
         x8, scale = F.quantize_fp8_per_token(x)
         delta = (F.dequantize_fp8(x8, scale) * F.dequantize_fp8(o8, o_scale[..., None])).sum(-1)
-        return (x8, scale, delta, x8.transpose(-1, -2).contiguous()) if transposed else (x8, scale, delta)
+        out = (x8, scale, delta) + ((x8.transpose(-1, -2).contiguous(),) if transposed else ())
+        return out + ((x8.float().abs().sum(-1),) if row_l1 else ())
     x = x.contiguous()
     seq, dim = x.shape[-2], x.shape[-1]
     bh = x.numel() // max(1, seq * dim)
@@ -804,17 +811,20 @@ def quantize_fp8_per_token_with_delta(x: torch.Tensor, o8: torch.Tensor, o_scale
     parts = [(tuple(x.shape), F.FP8_DTYPE), ((*x.shape[:-1], 1), torch.float32), (tuple(x.shape[:-1]), torch.float32)]
     if transposed:
         parts.append(((*x.shape[:-2], dim, seq), F.FP8_DTYPE))
-    x8, scale, delta, *x8t = carve(x.device, parts)
-    x8t = x8t[0] if transposed else x8
+    if row_l1:
+        parts.append((tuple(x.shape[:-1]), torch.float32))
+    x8, scale, delta, *extra = carve(x.device, parts)
+    x8t = extra[0] if transposed else x8
+    l1 = extra[-1] if row_l1 else delta  # unread without WRITE_L1
     if x.numel():
         block_d = triton.next_power_of_2(dim)
         block_s = min(_rows_per_program(block_d), triton.next_power_of_2(seq))
         _TOKENS_DELTA_LAUNCH(
             (bh, triton.cdiv(seq, block_s)),
             (x, x8.view(torch.uint8), x8t.view(torch.uint8), scale, o8.contiguous().view(torch.uint8),
-             o_scale.float().contiguous(), delta, seq),
+             o_scale.float().contiguous(), delta, l1, seq),
             # D a constexpr, as the key-side pass's: the masks fold away at D = BLOCK_D, loads and stores are vectors
-            dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d, WRITE_T=transposed),
+            dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block_s, BLOCK_D=block_d, WRITE_T=transposed, WRITE_L1=row_l1),
             dict(num_warps=_num_warps(block_s * block_d)),
         )
-    return (x8, scale, delta, x8t) if transposed else (x8, scale, delta)
+    return (x8, scale, delta) + ((x8t,) if transposed else ()) + ((l1,) if row_l1 else ())

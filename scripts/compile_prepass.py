@@ -68,15 +68,19 @@ def variants(qz):
                 "DO_K": True, "DO_V": False, "K_T": True}, copies.KEY_COPIES_WARPS["k_t"])
     from flamia_kernels import dq_row_scale
 
-    # ρ of an FP8 dQ product (ds_out with fp8_dq): dO's bytes, the statistics, K's and V's scales
-    yield ("dQ row scale", dq_row_scale._dq_row_scale_kernel,
-           {"DO8": "*u8", "STATS": "*fp32", "KS": "*fp32", "VS": "*fp32", "KBS": "*fp32", "VBS": "*fp32",
-            "RHO": "*fp32", "S": "i32", "G": "i32"},
-           {"D": 128, "TB": dq_row_scale.TB, "NT": 64, "ROWS": 8, "IRHO_ROW": 5}, 4)
-    for write_t in (False, True):  # the dO pass, with dO's bytes also K-major (the FP8 dV product) or not
-        yield (f"tokens with delta write_t={write_t}", qz._fp8_tokens_delta_kernel,
+    # ρ of an FP8 dQ product (ds_out with fp8_dq): dO's bytes (or their rows' L1 from the dO pass), the statistics,
+    # K's and V's scales
+    for has_l1 in (False, True):
+        yield (f"dQ row scale has_l1={has_l1}", dq_row_scale._dq_row_scale_kernel,
+               {"DO8": "*u8", "L1": "*fp32", "STATS": "*fp32", "KS": "*fp32", "VS": "*fp32", "KBS": "*fp32",
+                "VBS": "*fp32", "RHO": "*fp32", "S": "i32", "G": "i32"},
+               {"D": 128, "TB": dq_row_scale.TB, "NT": 64, "ROWS": 8, "IRHO_ROW": 5, "HAS_L1": has_l1}, 4)
+    # the dO pass, with dO's bytes also K-major (the FP8 dV product) or not, and their rows' L1 (ρ's) or not
+    for write_t, write_l1 in itertools.product((False, True), repeat=2):
+        yield (f"tokens with delta write_t={write_t} write_l1={write_l1}", qz._fp8_tokens_delta_kernel,
                {"X": "*bf16", "X8": "*u8", "X8T": "*u8", "Scale": "*fp32", "O8": "*u8", "OScale": "*fp32",
-                "Delta": "*fp32", "S": "i32"}, {**fp8, "D": 128, "BLOCK_S": 32, "WRITE_T": write_t}, 4)
+                "Delta": "*fp32", "L1": "*fp32", "S": "i32"},
+               {**fp8, "D": 128, "BLOCK_S": 32, "WRITE_T": write_t, "WRITE_L1": write_l1}, 4)
     yield ("mxfp8", qz._mxfp8_kernel, {"X": "*bf16", "X8": "*u8", "Codes": "*u8", "R": "i32", "NB": "i32"},
            {"BLOCK_R": 32, "NB_P2": 4, "BLK": 32}, 4)
     for per_row, stochastic in itertools.product((False, True), repeat=2):

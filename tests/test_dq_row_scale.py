@@ -40,6 +40,15 @@ def test_dq_row_scale_fast_matches_the_reference(b, hq, hkv, seq):
     assert torch.equal(stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW], 1.0 / want)
     # a power of two a query, not one value for all: the bound varies along the sequence and over the heads
     assert torch.equal(rho, reference.pow2_at_least(rho)) and rho.unique().numel() > 2
+    # with ‖dO8_i‖₁ from dO's pass (the autograd backward's route: that pass writes it, the launch skips dO's bytes)
+    l1 = doo.vals.float().abs().sum(-1)
+    stats[:, DS_IRHO_ROW] = 0.0
+    assert torch.equal(dq_row_scale_fast(doo, ko, vo, stats, DS_IRHO_ROW, do_l1=l1), want)
+    assert torch.equal(stats.view(b, hq, -1, seq)[:, :, DS_IRHO_ROW], 1.0 / want)
+    # and it is what the launch reads: doubled, ρ follows it up (the bound's dO term grows)
+    assert not torch.equal(dq_row_scale_fast(doo, ko, vo, stats, DS_IRHO_ROW, do_l1=l1 * 64), want)
+    with pytest.raises(ValueError, match="do_l1"):
+        dq_row_scale_fast(doo, ko, vo, stats, DS_IRHO_ROW, do_l1=l1[..., :-1])
 
 
 def test_dq_row_scale_fast_falls_back_to_the_reference_where_it_has_no_kernel():

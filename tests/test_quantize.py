@@ -366,6 +366,14 @@ def test_dO_quantizer_with_fused_delta(family, device):
     assert_same_bits((x8, scale, delta), (x8b, scaleb, deltab))
     assert x8t.shape == (*shape[:-2], shape[-1], shape[-2]) and x8t.is_contiguous()
     assert torch.equal(x8t.view(torch.uint8), ref8.transpose(-1, -2).view(torch.uint8))
+    # each token's Σ_d |E4M3 value| (ρ's ‖dO8_i‖₁, `dq_row_scale`): the bytes' own values, summed exactly here (at
+    # most 128 × 448 in steps of 2^-9: 25 bits, within fp32's 24 only where the sum stays below 2^15, as here)
+    *same, l1 = Q.quantize_fp8_per_token_with_delta(do, o8, o_scale[..., 0], transposed=True, row_l1=True)
+    assert_same_bits((x8, scale, delta, x8t), tuple(same))
+    want_l1 = ref8.double().abs().sum(-1)
+    assert l1.shape == shape[:-1] and l1.dtype == torch.float32 and torch.equal(l1.double(), want_l1)
+    if family != "zeros":
+        assert (l1 > 0).all()
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
