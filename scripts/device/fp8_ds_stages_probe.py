@@ -57,8 +57,8 @@ def capture(args, config: dict) -> dict:
     got: dict = {}
     orig_rho, orig_dq = attention_bwd.dq_row_scale_fast, attention_bwd.dq_from_ds
 
-    def rho_spy(do, k, v, stats, irho_row, causal=True):
-        rho = orig_rho(do, k, v, stats, irho_row, causal)
+    def rho_spy(do, k, v, stats, irho_row, causal=True, do_l1=None):
+        rho = orig_rho(do, k, v, stats, irho_row, causal, do_l1=do_l1)
         got.update(do=do, k=k, v=v, stats=stats.clone(), rho=rho.clone())
         return rho
 
