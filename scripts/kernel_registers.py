@@ -320,7 +320,7 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
     if ws:  # the dS buffer's descriptor (ds_out), else a stand-in of the kernel's type
         y_desc = G.ds_descriptor(G.ds_buffer(1, 1, seq, "cpu", ds_fp8), G.BN, G.BM) if ds_out else descs[2]
         # and BH0, the launch's first K / V head; Vᵀ's descriptor (fold_v), else K's as a stand-in
-        vt_desc = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BN, gl_f8()) if fold_v else descs[4]
+        vt_desc = G._cols_desc(rows(f8).transpose(-1, -2).contiguous(), G.BN, _gluon_fp8()) if fold_v else descs[4]
         kinds += [mangle_type(y_desc), "i32", mangle_type(vt_desc)]
         consts = {**consts, "DS_OUT": ds_out, "FOLD_K": fold_k, "K_T": k_t, "FOLD_V": fold_v}
     ptx = _compile_gluon(kernel, descs, kinds, consts, options)
@@ -331,7 +331,8 @@ def gluon_dkdv_report(ws: bool = False, fp8_dk: bool = False, ds_out: bool = Fal
             **ptxas_report(ptx), "mma": mma_kinds(ptx), "loop_spills": loop_spills(ptx)}
 
 
-def gl_f8():
+def _gluon_fp8():
+    """Gluon's E4M3 dtype (imported only where a Gluon kernel is compiled)."""
     from triton.experimental.gluon import language as gl
 
     return gl.float8e4nv
