@@ -26,7 +26,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from .dv_row_scale import _max_nan
-    from .quantize import _e4m3_value
+    from .quantize import _e4m3_row_l1
 
     @triton.jit
     def _pow2_at_least(x):
@@ -55,7 +55,7 @@ if HAS_TRITON:
             l1 = tl.load(L1 + bh * S + offs)
         else:
             byte = tl.load(DO8 + (bh * S + offs)[:, None] * D + tl.arange(0, D)[None, :]).to(tl.int32)
-            l1 = tl.sum(tl.abs(_e4m3_value(byte)), 1)
+            l1 = _e4m3_row_l1(byte)
         f = ((linv * sdo) * l1) * 448.0
         g = linv * tl.abs(delta)
         ks = tl.load(KS + bhk * S + offs)

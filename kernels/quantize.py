@@ -173,6 +173,12 @@ if HAS_TRITON:
             return _e4m3_signed(byte)
 
     @triton.jit
+    def _e4m3_row_l1(byte):
+        """Σ over each row of |E4M3 value| of [rows, D] bytes (int32), unscaled: ρ's ‖dO8_i‖₁ (`dq_row_scale`), one
+        definition for dO's pass, which writes it, and ρ's kernel, which computes it where it is not given."""
+        return tl.sum(tl.abs(_e4m3_value(byte)), axis=1)
+
+    @triton.jit
     def _e2m1_code(v, u, STOCHASTIC: tl.constexpr):
         """fp32 -> 4-bit E2M1 code (int32), as formats.e2m1_codes: lo grid point + round-up bit."""
         a = tl.abs(v)
@@ -404,7 +410,7 @@ if HAS_TRITON:
         tl.store(Scale + bh * S + offs_s, scale, mask=offs_s < S)
         tl.store(X8 + offs, byte.to(tl.uint8), mask=mask)
         if WRITE_L1:
-            tl.store(L1 + bh * S + offs_s, tl.sum(tl.abs(_e4m3_value(byte)), axis=1), mask=offs_s < S)
+            tl.store(L1 + bh * S + offs_s, _e4m3_row_l1(byte), mask=offs_s < S)
         if WRITE_T:
             _store_transposed(X8T, byte.to(tl.uint8), mask, bh, offs_s, offs_d, S, D)
         o_byte = tl.load(O8 + offs, mask=mask, other=0).to(tl.int32)
