@@ -90,7 +90,8 @@ class _FlamiaAttention(torch.autograd.Function):
         fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
                               off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
-                              quantize_q=not fuse_q)
+                              quantize_q=not fuse_q,
+                              v_p_order=attention_fwd.orders_v_copy(q, spec, causal, safeguards, doc_ids is not None))
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
@@ -201,7 +202,8 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
         check_doc_ids(doc_ids, q)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
                           v_transposed=True, off_diagonal=doc_ids is None,
-                          mx_parts=attention_fwd.native_block_scaled(q))
+                          mx_parts=attention_fwd.native_block_scaled(q),
+                          v_p_order=attention_fwd.orders_v_copy(q, spec, causal, safeguards, doc_ids is not None))
     o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False,
                                           doc=None if doc_ids is None else doc_tables(doc_ids))

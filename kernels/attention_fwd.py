@@ -139,10 +139,12 @@ if HAS_TRITON:
                       kvb_off, start, offs_m, offs_d, S, P_GLOB, qdoc, DOC, doc_off, D: tl.constexpr,
                       BM: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr, SAFE: tl.constexpr,
                       HAS_DOC: tl.constexpr, K_OFF: tl.constexpr, V_OFF: tl.constexpr, CHAIN: tl.constexpr,
-                      TINY: tl.constexpr, INTERP: tl.constexpr, BPTR: tl.constexpr, QK_MX: tl.constexpr):
+                      TINY: tl.constexpr, INTERP: tl.constexpr, BPTR: tl.constexpr, QK_MX: tl.constexpr,
+                      V_PORDER: tl.constexpr = False):
         """A key tile wholly left of (or, non-causal, right of) the diagonal. acc is in units of
         cv (V's tile scale of the last chained product; 1 without V_OFF). BPTR: K and Vᵀ tiles
-        through block pointers (a launch option, see `launch_config`)."""
+        through block pointers (a launch option, see `launch_config`). V_PORDER: V's copy in
+        `formats.p_register_order` (`OffDiagonal.p_order`)."""
         cols = start + tl.arange(0, BLOCK)
         if K_OFF:  # one K scale for the tile: S = dot · c_i, fused into exp2's FMA
             k = _key_rows(KB, kv_off, start, offs_d, S, D, BLOCK, BPTR)
@@ -171,6 +173,9 @@ if HAS_TRITON:
             vt = _key_cols(VBT, kv_off, start, offs_d, S, D, BLOCK, BPTR)
             vsb = tl.load(VBS + kvb_off + start // BLOCK)
             p8 = p_fp8_scaled(p, INTERP)
+            if V_PORDER:  # the copy's keys in `formats.p_register_order`: P's columns put in the same order
+                p8 = tl.reshape(tl.permute(tl.reshape(p8, [BM, BLOCK // 32, 2, 2, 4, 2]), [0, 1, 2, 4, 3, 5]),
+                                [BM, BLOCK])
             carry = acc * (alpha * (cv / vsb))[:, None]
             if CHAIN and not INTERP:
                 acc = tl.dot(p8, tl.trans(vt), carry)
@@ -194,7 +199,8 @@ if HAS_TRITON:
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
-                    QK_MX: tl.constexpr = False, BM: tl.constexpr = 128, FUSE_Q: tl.constexpr = False):
+                    QK_MX: tl.constexpr = False, BM: tl.constexpr = 128, FUSE_Q: tl.constexpr = False,
+                    V_PORDER: tl.constexpr = False):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
@@ -239,7 +245,7 @@ if HAS_TRITON:
             acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT, VBS,
                                               kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S, P_GLOB,
                                               qdoc, DOC, doc_off, D, BM, BLOCK, PV_FMT, SAFE, HAS_DOC, K_OFF, V_OFF,
-                                              CHAIN, TINY, INTERP, BPTR, QK_MX)
+                                              CHAIN, TINY, INTERP, BPTR, QK_MX, V_PORDER)
         acc = acc * cv  # back to true units for the per-token diagonal product
         cv = cv * 0.0 + 1.0
         acc, m_i, l_i = _fwd_diag_tile(acc, m_i, l_i, q, qe, qs, K, KE, KS, VT, VS, kv_off, kve_off, bhk * S, diag,
@@ -250,7 +256,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, cv = _fwd_off_tile(acc, m_i, l_i, cv, q, qe, qs, K, KE, KS, KB, KBS, VT, VS, VBT,
                                                   VBS, kv_off, kve_off, bhk * S, kvb_off, start, offs_m, offs_d, S,
                                                   P_GLOB, qdoc, DOC, doc_off, D, BM, BLOCK, PV_FMT, SAFE, HAS_DOC,
-                                                  K_OFF, V_OFF, CHAIN, TINY, INTERP, BPTR, QK_MX)
+                                                  K_OFF, V_OFF, CHAIN, TINY, INTERP, BPTR, QK_MX, V_PORDER)
             acc = acc * cv
         o = to_bf16(acc / l_i[:, None], INTERP)
         tl.store(O + rows, o)
@@ -292,6 +298,18 @@ def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool
     if "fuse_q" in config:
         return bool(config["fuse_q"])
     return bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
+
+
+def orders_v_copy(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
+    """Whether V's token-block copy is written in `formats.p_register_order` (`prepare_forward(v_p_order=True)`):
+    where the sm_90 Gluon kernel reads it (`attention_fwd_gluon.P_ORDER` on, the launch's "gluon" set), whose P
+    then reaches its P·V product without a layout exchange. Only the forward reads that copy; every kernel
+    takes either order (the Triton kernel permutes P to match)."""
+    if not (safeguards and spec.pv == "fp8"):
+        return False
+    config = launch_config(q.shape[-1], spec.emulated)
+    wanted = config.get("p_order", attention_fwd_gluon.P_ORDER)  # a launch option for A/B timings
+    return bool(wanted and config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
 
 
 def launch_config(d: int, emulated: bool) -> dict:
@@ -364,6 +382,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
+    config.pop("p_order", None)  # likewise, made by the order of v.off (`orders_v_copy`)
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
@@ -381,7 +400,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None, **config,
+        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None,
+        V_PORDER=v.off is not None and v.off.p_order, **config,
     )
     if not save_o8:
         return o, lse2, moff, None, None

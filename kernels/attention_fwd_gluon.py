@@ -59,6 +59,9 @@ PIPE = 3  # the default: one chained accumulator, three programs per SM (module 
 TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
+# V's token-block copy written with its keys in P's register order (`formats.p_register_order`, `_p_operand`) where
+# this kernel reads it: the P tile then needs no layout exchange before its P·V product
+P_ORDER = True
 
 
 def default_stages(pipe: int) -> int:
@@ -124,6 +127,20 @@ if HAS_GLUON:
         for i in gl.static_range(4):  # the column bits a thread holds in registers (NVMMA layout)
             x = gl.max(gl.reshape(x, [R, 2, C // (2 << i)]), 1)
         return gl.convert_layout(gl.max(x, 1), gl.SliceLayout(1, s.type.layout))
+
+    @gluon.jit
+    def _p_operand(p, P_L: gl.constexpr, P_ORDER: gl.constexpr):
+        """An off-diagonal tile's P (fp32, the scores' accumulator layout) as the fp8 A operand of its P·V product.
+        P_ORDER (V's copy in `formats.p_register_order`): P's columns are put in that order too, which makes the
+        operand's layout the accumulator's own registers, two bytes of each F2FP pair per register: the layout
+        conversion is free (sm_90 SASS of the chained loop: 16 SHFL.IDX, 16 SEL and 16 PRMT a tile fewer, 532 ->
+        485 instructions). Else P keeps key order and the conversion exchanges bytes between threads."""
+        p8 = p.to(gl.float8e4nv)
+        if P_ORDER:
+            R: gl.constexpr = p8.shape[0]
+            C: gl.constexpr = p8.shape[1]
+            p8 = gl.reshape(gl.permute(gl.reshape(p8, [R, C // 32, 2, 2, 4, 2]), [0, 1, 2, 4, 3, 5]), [R, C])
+        return gl.convert_layout(p8, P_L)
 
     @gluon.jit
     def _off_softmax(s, qs, m_i, l_i, kbs):
@@ -260,7 +277,8 @@ if HAS_GLUON:
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
-                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr):
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
+                          P_ORDER: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -326,7 +344,7 @@ if HAS_GLUON:
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                p8 = _p_operand(p, P_L, P_ORDER)
                 acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -349,7 +367,7 @@ if HAS_GLUON:
                 s_next = warpgroup_mma(q_smem, k_smem.index(nxt).permute((1, 0)), zero, use_acc=False, is_async=True)
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, gl.load(KBS + kvb_off + t))
                 vsb = gl.load(VBS + kvb_off + t)
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                p8 = _p_operand(p, P_L, P_ORDER)
                 pv = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s, pv = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, pv))
                 acc = acc * (alpha * (cv / vsb))[:, None] + pv  # `_fwd_off_tile`'s carry
@@ -371,7 +389,7 @@ if HAS_GLUON:
                     mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                     # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by the loop is
                     # unpacked to a byte per register and repacked at its use (+224 SASS instructions a tile)
-                    p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                    p8 = _p_operand(p, P_L, P_ORDER)
                     s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False,
                                       is_async=True)
                     pv = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -393,7 +411,7 @@ if HAS_GLUON:
                     alpha_prev = alpha
                     vsb_prev = gl.load(VBS + kvb_off + t)
                 last = (n_off - 1) % STAGES
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                p8 = _p_operand(p, P_L, P_ORDER)
                 pv = warpgroup_mma(p8, v_smem.index(last).permute((1, 0)), zero, use_acc=False, is_async=True)
                 pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
                 acc = acc * (alpha_prev * (cv / vsb_prev))[:, None] + pv
@@ -513,7 +531,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order),
         dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:

@@ -60,6 +60,7 @@ if HAS_GLUON:
         _finish_rows,
         _issue_tile,
         _off_softmax,
+        _p_operand,
         _quantize_q_rows,
         _store_o_by_tma,
     )
@@ -103,7 +104,8 @@ if HAS_GLUON:
     def _consumer(C: gl.constexpr, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                   QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                   D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
+                  SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
+                  P_ORDER: gl.constexpr):
         """Rows diag + C·BM .. + BM of the program: `attention_fwd_gluon`'s chained loop with QKᵀ(t) and
         P·V(t - 1) issued together and the softmax of tile t under P·V(t - 1)."""
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK, 32])
@@ -152,7 +154,7 @@ if HAS_GLUON:
                 s = warpgroup_mma(q_s, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 # P(t - 1) crosses the loop in fp32: an 8-bit register operand carried by a loop is unpacked to a
                 # byte per register (attention_fwd_gluon, pipe 1)
-                p8 = gl.convert_layout(p.to(gl.float8e4nv), P_L)
+                p8 = _p_operand(p, P_L, P_ORDER)
                 acc = acc * (alpha * (cv / vsb))[:, None]
                 acc = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), acc, is_async=True)
                 _pass_turn(turn, C, PINGPONG)
@@ -189,26 +191,28 @@ if HAS_GLUON:
     def _consumer0(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
+                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
+                  P_ORDER: gl.constexpr):
         _consumer(0, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
-                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)
 
     @gluon.jit
     def _consumer1(q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar,
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
-                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr):
+                   SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
+                  P_ORDER: gl.constexpr):
         _consumer(1, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
-                  SAVE_O8, TINY, FUSE_Q, PINGPONG)
+                  SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)
 
     @gluon.jit
     def _fwd_ws_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, OS,
                        LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                        STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                        FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                       PRODUCER_REGS: gl.constexpr):
+                       PRODUCER_REGS: gl.constexpr, P_ORDER: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         gl.static_assert(2 * BM == BLOCK, "the two consumers' rows share one diagonal tile")
         n_m = gl.num_programs(0)
@@ -238,10 +242,10 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_consumer0, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
                           KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
-                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)),
             (_consumer1, (q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS,
                           KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES,
-                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG)),
+                          SAFE, SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)),
             (_producer, (kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready, empty, kv_row, v_row, n_off, STAGES,
                          BLOCK))],
                            [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -256,9 +260,12 @@ def kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale: float) -> 
             moff, sm_scale * 1.4426950408889634, seq, q.vals.shape[1] // k.vals.shape[1])
 
 
-def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG) -> dict:
+def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, stages: int = STAGES, pingpong: bool = PINGPONG,
+               p_order: bool = False) -> dict:
+    """p_order: V's copy in `formats.p_register_order` (`OffDiagonal.p_order`)."""
     return dict(D=BLOCK, BLOCK=BLOCK, BM=HALF, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY,
-                FUSE_Q=fuse_q, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS)
+                FUSE_Q=fuse_q, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+                P_ORDER=p_order)
 
 
 @torch.compiler.disable  # as attention_fwd_gluon.forward: a Gluon launch, not traced
@@ -280,6 +287,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, stages: i
     o_scale = torch.empty_like(lse2) if save_o8 else lse2
     _fwd_ws_kernel[(seq // BLOCK, b * hq)](
         *kernel_args(q, k, v, o, o8, o_scale, lse2, moff, q_raw, sm_scale),
-        **constexprs(safeguards, save_o8, q_raw is not None, stages, pingpong), num_warps=4, maxnreg=MAXNREG,
+        **constexprs(safeguards, save_o8, q_raw is not None, stages, pingpong, v.off.p_order), num_warps=4,
+        maxnreg=MAXNREG,
     )
     return o, lse2, moff, o8, o_scale

@@ -38,12 +38,16 @@ class OffDiagonal:
     Both None: ``deferred`` (`attach_off_diagonal(defer_v=True, defer_k=True)`), the copy not computed
     yet; `attention_bwd.backward` either re-quantizes it as rows within its `pre` copies (the only form
     that path reads) or, on any other path, computes it here (`off_diagonal`).
+    ``p_order`` (transposed V only): the keys of ``vals`` stored in `formats.p_register_order`, the order the
+    sm_90 forward's fp8 P·V operand holds P in (`prepare_forward(v_p_order=True)`); `rows` gives them back in
+    key order.
     """
 
     vals: torch.Tensor | None
     scale: torch.Tensor | None
     block: int
     transposed: bool = False
+    p_order: bool = False
 
     @property
     def deferred(self) -> bool:
@@ -54,8 +58,9 @@ class OffDiagonal:
         return self.scale.repeat_interleave(self.block, dim=-1)
 
     def rows(self) -> torch.Tensor:
-        """The bytes as [..., S, D]."""
-        return self.vals.transpose(-1, -2) if self.transposed else self.vals
+        """The bytes as [..., S, D], keys in order."""
+        vals = F.p_register_order(self.vals, inverse=True) if self.p_order else self.vals
+        return vals.transpose(-1, -2) if self.transposed else vals
 
     def dequant(self) -> torch.Tensor:
         """fp32 [..., S, D] = bytes * their tile's scale."""
@@ -204,10 +209,10 @@ def materialize_off_diagonal(op: Operand, impl) -> Operand:
     return replace(op, off=off_diagonal(op, op.off.block, impl, False, op.off.transposed))
 
 
-def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool) -> Operand:
+def _key_side_operand(x8, scale, xb8, bscale, block: int, transposed: bool, p_order: bool = False) -> Operand:
     """The Operand of a fused key-side pass's outputs (`quantize.quantize_fp8_key_side`)."""
     vals = x8.transpose(-1, -2) if transposed else x8
-    return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed))
+    return Operand(vals, scale, x8 if transposed else None, OffDiagonal(xb8, bscale, block, transposed, p_order))
 
 
 def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool, off: bool) -> Operand:
@@ -222,14 +227,18 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
-                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True):
+                    off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True,
+                    v_p_order: bool = False):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
     attention). Safeguards off: token-block scales everywhere (leaky). mx_parts: mxfp8 Q and K
     also keep their bytes and E8M0 codes (`Operand.mx`) for the forward's block-scaled QKᵀ.
-    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None."""
+    quantize_q False: Q is left to the forward kernel (`attention_fwd.forward(q_raw=...)`); q is None.
+    v_p_order: V's token-block copy (fp8, transposed, safeguards on) with its keys in `formats.p_register_order`
+    (`OffDiagonal.p_order`), which the forward kernels read with P in the same order; elsewhere ignored."""
     leak = None if safeguards else block
+    v_p_order = v_p_order and off_diagonal and v_transposed and leak is None and spec.pv == "fp8"
     if mx_parts and spec.qk == "mxfp8":
         return ForwardOperands(
             quantize_operand(q, spec.qk, impl, leak, mx_parts=True),
@@ -239,14 +248,13 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     q_op = quantize_operand(q, spec.qk, impl, leak) if quantize_q else None
     if (off_diagonal and v_transposed and leak is None and spec.qk == spec.pv == "fp8" and impl is not F
             and k.shape == v.shape):  # K's and Vᵀ's passes in one launch
-        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block)
+        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block, p_order=v_p_order)
         return ForwardOperands(q_op, _key_side_operand(*k_parts, block, False),
-                               _key_side_operand(*v_parts, block, True))
-    return ForwardOperands(
-        q_op,
-        _key_side(k, spec.qk, impl, leak, block, False, off_diagonal),
-        _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal),
-    )
+                               _key_side_operand(*v_parts, block, True, v_p_order))
+    v_op = _key_side(v, spec.pv, impl, leak, block, v_transposed, off_diagonal)
+    if v_p_order:
+        v_op.off = replace(v_op.off, vals=F.p_register_order(v_op.off.vals), p_order=True)
+    return ForwardOperands(q_op, _key_side(k, spec.qk, impl, leak, block, False, off_diagonal), v_op)
 
 
 def quantize_output(o: torch.Tensor, do_fmt: str, impl) -> Operand:

@@ -151,6 +151,25 @@ def requantize_fp8_token_blocks(
     return quantize_fp8_token_blocks(dequantize_fp8(x8, scale), block)
 
 
+P_ORDER_CHUNK = 32  # keys per chunk of `p_register_order`: one k32 step of the fp8 wgmma
+
+
+def p_register_order(x: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """x [..., N] with the last axis (keys) reordered within each chunk of 32 as the sm_90 fp8 P·V product's
+    register operand holds P: position 16h + 4q + 2e + j takes key 16h + 8e + 2q + j (h, e, j in {0, 1}, q in
+    0..3). Why: the scores' accumulator gives a thread the key pairs 2q, 8 + 2q (and 16 more) of each 32, the fp8
+    A operand wants four consecutive k a register; with V's keys stored in this order the P tile is already in
+    the operand's layout, so the forward converts P with no shuffle (FlashAttention-3 permutes V for the same
+    reason). A product over keys is the same sum in another order. Layout only: no value changes.
+    inverse: back to key order."""
+    n = x.shape[-1]
+    if n % P_ORDER_CHUNK:
+        raise ValueError(f"p_register_order: the last axis ({n}) must be a multiple of {P_ORDER_CHUNK}")
+    inner = (4, 2) if inverse else (2, 4)  # [h, q, e, j] back to [h, e, q, j], or the way there
+    chunks = x.reshape(*x.shape[:-1], n // P_ORDER_CHUNK, 2, *inner, 2)
+    return chunks.transpose(-3, -2).reshape(x.shape).contiguous()
+
+
 # ---------------------------------------------------------------- mxfp8 (E4M3 + E8M0)
 
 

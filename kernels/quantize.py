@@ -293,7 +293,7 @@ if HAS_TRITON:
     @triton.jit
     def _key_side_token_pairs(
         X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr = False,
     ):
         """`_fp8_key_side_kernel`'s TRANSPOSED program (Vᵀ: both byte tiles [D, S]) with the same bytes
         and scales, transposed two tokens at a time. Each E4M3 pair of consecutive tokens at one d is one
@@ -304,7 +304,8 @@ if HAS_TRITON:
         (two tokens' scale divisions per thread; the token pairs alone, [S/2, D, 2], gave it four).
         sm_90 SASS per program (128 × 128, scripts/compile_prepass.py's options), byte-by-byte -> pairs:
         16 warps 1944 -> 1456 (K 1400), 8 warps 3552 -> 2496 (K 2512); the finite path alone, 16 warps
-        1144 -> 912 (K 848)."""
+        1144 -> 912 (K 848). P_ORDER: the token-block copy's keys in `p_register_order` (each 32-key chunk's token
+        pairs as the fp8 P·V operand's registers hold P), the per-token bytes in key order."""
         HALF: tl.constexpr = BLOCK_D // 2
         rows = pid_s * BLOCK_S + 2 * tl.arange(0, BLOCK_S // 2)  # the first token of each pair
         dl = tl.arange(0, HALF)
@@ -329,6 +330,8 @@ if HAS_TRITON:
         bamax_bits = tl.max(tl.max(tl.max(tl.max(_abs_bits(xt), axis=3), axis=2), axis=1), axis=0)
         bscale = _fp8_scale(bamax_bits, TINY)
         tl.store(BScale + bh * (S // BLOCK_S) + pid_s, bscale)
+        if P_ORDER:  # pair 8h + 4e + q of a 16-pair chunk goes to 8h + 2q + e (`p_register_order`)
+            pairs = (pairs & ~7) | ((pairs & 3) << 1) | ((pairs >> 2) & 1)
         _store_e4m3_pairs((XB8 + offs).to(tl.pointer_type(tl.int16)) + pairs, out_mask,
                           _div_by_shared(xt, bscale), bamax_bits < _INF_BITS)
 
@@ -336,11 +339,13 @@ if HAS_TRITON:
     def _key_side_program(
         X, X8, Scale, XB8, BScale, S, D, bh, pid_s,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, TRANSPOSED: tl.constexpr,
+        P_ORDER: tl.constexpr = False,
     ):
         """One token block of one slice, read once: the per-token fp8 bytes and scales and the token-block
-        copy re-quantized from them (TRANSPOSED: both as [D, S])."""
+        copy re-quantized from them (TRANSPOSED: both as [D, S]; P_ORDER, with TRANSPOSED and BLOCK_S a multiple
+        of 32 only, checked by the caller: the copy in `p_register_order`)."""
         if TRANSPOSED and BLOCK_S >= 2 and BLOCK_D >= 2:  # Vᵀ two tokens at a time; else byte by byte
-            _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D)
+            _key_side_token_pairs(X, X8, Scale, XB8, BScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D, P_ORDER)
         else:
             # the block's base as one scalar offset, the tile's in int32 (< BLOCK_S·D): 64-bit offsets per element
             # took the K program to 128 registers and 536 B of spills at 16 warps (sm_90)
@@ -377,10 +382,11 @@ if HAS_TRITON:
     @triton.jit
     def _fp8_key_sides_kernel(
         K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D: tl.constexpr,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr = False,
     ):
         """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
-        axis0 // 2, odd ones V's, so the two run side by side and share one tail."""
+        axis0 // 2, odd ones V's, so the two run side by side and share one tail. P_ORDER: V's token-block copy
+        in `p_register_order`."""
         pid = tl.program_id(0)
         bh = (pid // 2).to(tl.int64)
         if pid % 2 == 0:
@@ -388,7 +394,7 @@ if HAS_TRITON:
                               False)
         else:
             _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
-                              True)
+                              True, P_ORDER)
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
@@ -758,18 +764,26 @@ def _key_sides_outputs(k: torch.Tensor, block: int):
 _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
 
 
-def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None):
+def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None,
+                           p_order: bool = False):
     """`quantize_fp8_key_side(k, block)` and `quantize_fp8_key_side(v, block, transposed=True)` in one
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
     (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
-    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}."""
+    scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}.
+    p_order: V's token-block copy with its keys in `formats.p_register_order` (the sm_90 forward's P·V operand
+    order; `block` a multiple of 32), the same bytes otherwise."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
+    if p_order and block % F.P_ORDER_CHUNK:
+        raise ValueError(f"quantize_fp8_key_sides: p_order needs block ({block}) a multiple of {F.P_ORDER_CHUNK}")
     launch = _check_launch(launch, ("num_warps",))
     seq, dim = k.shape[-2], k.shape[-1]
     if not (can_run_triton(k) and _is_pow2(block)) or seq % block or k.dim() < 2 or not k.numel():
-        return quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
+        k_parts, v_parts = quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
+        if p_order:
+            v_parts = (*v_parts[:2], F.p_register_order(v_parts[2]), v_parts[3])
+        return k_parts, v_parts
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
     (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs = _key_sides_outputs(k, block)
@@ -779,7 +793,7 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
          vbs, seq),
         # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a
         # run-time value each thread moved one element per instruction)
-        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim)),
+        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),

@@ -250,7 +250,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
-                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT)
+                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=cfg.get("p_order", G.P_ORDER))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
@@ -259,7 +259,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
         pingpong = cfg.get("pingpong", W.PINGPONG)
         ws_kinds = kinds[:6] + kinds[8:]  # no O / O8 pointers: it writes them by TMA only
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, ws_kinds,
-                             W.constexprs(safeguards, True, fuse_q, stages, pingpong),
+                             W.constexprs(safeguards, True, fuse_q, stages, pingpong, cfg.get("p_order", G.P_ORDER)),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
         label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}

@@ -9,6 +9,8 @@ imports them when it runs).
       :bm64    forward, and the backward's dQ kernel: programs of 64 query rows (bm = 64), half the tile
       :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on; the Gluon kernel's default)
       :qpass   forward: Q through the pre-pass (fuse_q off)
+      :keyorder / :porder   forward: V's token-block copy in key order, or (the Gluon kernel's default) in P's
+               register order (p_order; `attention_fwd.orders_v_copy`)
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
@@ -39,7 +41,8 @@ import json
 from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
-          "qpass": ("fuse_q", False), "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
+          "qpass": ("fuse_q", False), "keyorder": ("p_order", False), "porder": ("p_order", True),
+          "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),
           "wsdkdv": ("ws_dkdv", True), "gluondq": ("gluon_dq", 64),

@@ -432,6 +432,47 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     assert _rel(got[0], ref) <= _tol("fp8-bf16dq")
 
 
+@pytest.mark.parametrize("variant", [*GLUON_VARIANTS, "ws x3"])
+def test_gpu_forward_v_copy_in_p_register_order(variant):
+    """V's token-block copy in `formats.p_register_order` (the fast path's default where the Gluon kernel runs): each
+    Gluon variant, and the Triton kernel, reads it with P's columns in the same order and computes what it computes
+    from the key-order copy (printed: whether bit for bit; a k32 fp8 product then adds its terms in another order).
+    The copy's bytes are the key-order copy's, reordered."""
+    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon, attention_fwd_ws
+    from flamia_kernels import formats as F
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=43)
+    key = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    ordered = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, v_p_order=True)
+    assert ordered.v.off.p_order
+    assert torch.equal(ordered.v.off.vals.view(torch.uint8), F.p_register_order(key.v.off.vals.view(torch.uint8)))
+
+    def run(ops):
+        if variant == "ws x3":
+            return attention_fwd_ws.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True, stages=3)
+        return attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True,
+                                           pipe=GLUON_VARIANTS[variant]["pipe"],
+                                           stages=GLUON_VARIANTS[variant]["num_stages"])
+
+    base, got = run(key), run(ordered)
+    triton = attention_fwd.forward(ordered.q, ordered.k, ordered.v, spec, True, True, 128 ** -0.5, 128, True,
+                                   config={**_triton_forward(), "CHAIN": True})
+    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+    print(f"\np_order {variant}: O rel-L2 {_rel(got[0], base[0]):.2e} against key order, bit-identical (O, lse2, "
+          f"M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}; Triton kernel on the same copy: O "
+          f"rel-L2 {_rel(triton[0], base[0]):.2e}")
+    assert _rel(got[0], base[0]) <= 1e-5 and (got[2] != base[2]).float().mean().item() <= 1e-4 and o8_diff <= 1e-4
+    torch.testing.assert_close(got[1], base[1], rtol=1e-6, atol=1e-6)
+    assert _rel(triton[0], base[0]) <= 1e-5
+    ordered.v.off.p_order = False  # the kernel must follow the flag: read in key order, the copy gives a wrong O
+    assert _rel(run(ordered)[0], base[0]) > 1e-2
+
+
 def test_gpu_gluon_forward_through_the_launch_option():
     """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
     chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one

@@ -617,6 +617,54 @@ def test_forward_fused_q_quantization_matches_the_prepass(causal, bm):
         attention_fwd.forward(fused_q, ops.k, ops.v, spec, causal, False, 0.125, 128, True, config=cfg, q_raw=q)
 
 
+@pytest.mark.parametrize("causal,bm", [(True, 128), (True, 64), (False, 64)])
+def test_forward_reads_v_copy_in_p_register_order(causal, bm):
+    """V's token-block copy in `formats.p_register_order` (what the sm_90 Gluon kernel reads, `OffDiagonal.p_order`):
+    the Triton kernel puts P's columns in the same order and computes the same O, row statistics and O copy, bit for
+    bit (the interpreter's products are exact sums of the same terms)."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(1, 4, 2, 384, 128, seed=37)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    cfg = {"num_warps": 4, "num_stages": 1, "bm": bm}
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True)
+    want = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
+    ops_p = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, v_p_order=True)
+    assert ops_p.v.off.p_order
+    got = attention_fwd.forward(ops_p.q, ops_p.k, ops_p.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    # and a copy in the wrong order is read wrongly: the test would see a kernel that ignored the flag
+    ops_p.v.off.p_order = False
+    wrong = attention_fwd.forward(ops_p.q, ops_p.k, ops_p.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
+    assert _rel(wrong[0], want[0]) > 1e-2
+
+
+def test_orders_v_copy_where_the_gluon_kernel_reads_it(monkeypatch):
+    """`attention_fwd.orders_v_copy`: only where the sm_90 Gluon kernel runs (so never on the CPU) with an fp8 `pv`
+    and safeguards on, and the launch option p_order can turn it off."""
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
+
+    q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
+    fp8 = AttentionSpec.parse("fp8")
+    assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)  # CPU: no Gluon
+    default = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd_gluon, "unsupported", lambda *a: None)  # as on an sm_90 GPU
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
+    assert attention_fwd.orders_v_copy(q, fp8, True, True, False)
+    assert not attention_fwd.orders_v_copy(q, fp8, True, False, False)  # leaky: the copy is the operand
+    assert not attention_fwd.orders_v_copy(q, AttentionSpec.parse("qk=fp8,pv=bf16,do=bf16,ds=bf16"), True, True, False)
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": False})
+    assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)  # the Triton kernel: key order
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True,
+                                                                      "p_order": False})
+    assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)
+
+
 def test_fused_q_launch_option_end_to_end(monkeypatch):
     """flamia_attention under the fuse_q launch option: the same outputs and gradients bit for bit."""
     from flamia_kernels import attention_fwd

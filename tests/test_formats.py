@@ -257,3 +257,19 @@ def test_constants():
     assert F.FP8_MAX == 448.0 and F.E2M1_MAX == 6.0
     assert torch.finfo(F.FP8_DTYPE).max == F.FP8_MAX
     assert math.log2(F.FP8_TINY).is_integer() and (F.FP8_TINY / F.FP8_MAX) ** 2 > torch.finfo().tiny
+
+
+def test_p_register_order_puts_each_threads_key_pairs_side_by_side():
+    """`p_register_order` stores, within each chunk of 32 keys, the pairs a thread of the scores' accumulator
+    holds (2q, 2q + 1, 8 + 2q, 9 + 2q and the same 16 further) at the four consecutive positions 4q.. of the fp8
+    operand; `inverse` undoes it; only the last axis moves and a ragged axis is refused."""
+    x = torch.arange(2 * 64).reshape(2, 64)
+    y = F.p_register_order(x)
+    for q in range(4):
+        for h in range(2):
+            assert y[0, 16 * h + 4 * q: 16 * h + 4 * q + 4].tolist() == [16 * h + 2 * q + j for j in (0, 1, 8, 9)]
+    assert torch.equal(y[:, 32:] - 32, y[:, :32]) and torch.equal(y[1] - 64, y[0])
+    assert sorted(y[0].tolist()) == list(range(64)) and not torch.equal(y, x)
+    assert torch.equal(F.p_register_order(y, inverse=True), x)
+    with pytest.raises(ValueError, match="last axis \\(48\\) must be a multiple of 32"):
+        F.p_register_order(torch.zeros(3, 48))

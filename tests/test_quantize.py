@@ -423,3 +423,39 @@ def test_key_sides_in_one_launch_match_the_separate_passes(device, family):
     assert torch.equal(bits(ops.k.off.scale), bits(want[0][3]))
     with pytest.raises(ValueError, match="must have one shape"):
         Q.quantize_fp8_key_sides(k, v[:, :2], 64)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_key_sides_write_v_copy_in_p_register_order(device):
+    """p_order: the same pass writes V's token-block copy with each 32 keys in `formats.p_register_order` (the
+    sm_90 forward's P operand order) and every other output as before, bit for bit; prepare_forward marks the
+    copy (`OffDiagonal.p_order`), whose `rows` are the key-order copy's; the leaky forward (no copy of its own)
+    and a block that is not a multiple of 32 keep or refuse it."""
+    if device == "cpu" and not can_run_triton(torch.empty(0)):
+        pytest.skip("the Triton pass runs on the CPU under TRITON_INTERPRET=1 only")
+    from flamia_kernels import AttentionSpec
+    from flamia_kernels.attention_operands import prepare_forward
+
+    k = make_input("outliers", (2, 3, 256, 64), "fp8_key_side", seed=61).to(device)
+    v = make_input("outliers", (2, 3, 256, 64), "fp8_key_side", seed=67).to(device)
+    v[1, 2, 70, 40] = float("nan")
+    bits = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)  # noqa: E731
+    want = Q.quantize_fp8_key_sides(k, v, 64)
+    got = Q.quantize_fp8_key_sides(k, v, 64, p_order=True)
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got[0], want[0], strict=True))
+    for i in (0, 1, 3):
+        assert torch.equal(bits(got[1][i]), bits(want[1][i]))
+    assert torch.equal(bits(got[1][2]), F.p_register_order(bits(want[1][2])))
+    assert not torch.equal(bits(got[1][2]), bits(want[1][2]))
+    spec = AttentionSpec.parse("fp8")
+    ops = prepare_forward(k, k, v, spec, True, Q, 64, v_transposed=True, v_p_order=True)
+    assert ops.v.off.p_order and torch.equal(bits(ops.v.off.vals), bits(got[1][2]))
+    plain = prepare_forward(k, k, v, spec, True, Q, 64, v_transposed=True)
+    assert not plain.v.off.p_order and torch.equal(bits(ops.v.off.rows()), bits(plain.v.off.rows()))
+    ref = prepare_forward(k.cpu(), k.cpu(), v.cpu(), spec, True, F, 64, v_transposed=True, v_p_order=True)
+    assert ref.v.off.p_order and torch.equal(bits(ref.v.off.vals), bits(got[1][2]).cpu())
+    leaky = prepare_forward(k, k, v, spec, False, Q, 64, v_transposed=True, v_p_order=True)
+    assert not leaky.v.off.p_order  # the leaky copy is the per-token operand itself: never reordered
+    with pytest.raises(ValueError, match="p_order needs block \\(16\\) a multiple of 32"):
+        Q.quantize_fp8_key_sides(k, v, 16, p_order=True)
