@@ -386,12 +386,13 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
+    refill_under_qk = config.pop("refill_qk", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
                                             q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
-                                           q_raw=q_in if q_raw is not None else None)
+                                           q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

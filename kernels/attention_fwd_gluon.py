@@ -62,6 +62,10 @@ MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded do
 # V's token-block copy written with its keys in P's register order (`formats.p_register_order`, `_p_operand`) where
 # this kernel reads it: the P tile then needs no layout exchange before its P·V product
 P_ORDER = True
+# the chained loop refills the previous tile's ring stage right after issuing QKᵀ(t), under that product, instead of
+# after P·V(t) retires: the TMA issue (three CTA barriers, ~40 instructions) then leaves the path from one P·V's end
+# to the next QKᵀ's issue; each tile's load starts that much later. The same bits (a launch option, "refill_qk")
+REFILL_UNDER_QK = False
 
 
 def default_stages(pipe: int) -> int:
@@ -278,7 +282,7 @@ if HAS_GLUON:
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          P_ORDER: gl.constexpr = False):
+                          P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -342,6 +346,10 @@ if HAS_GLUON:
                 vsb_next = gl.load(VBS + kvb_off + t + 1)
                 mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                if REFILL_UNDER_QK:  # the previous tile's stage, free since its P·V retired, refilled under QKᵀ(t)
+                    if t >= 1 and t - 1 + STAGES <= n_off:
+                        _issue_tile(t - 1 + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc,
+                                    k_smem, v_smem, ready, STAGES, BLOCK)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
                 p8 = _p_operand(p, P_L, P_ORDER)
@@ -349,7 +357,7 @@ if HAS_GLUON:
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 cv = vsb
-                if t + STAGES <= n_off:
+                if not REFILL_UNDER_QK and t + STAGES <= n_off:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
                                 v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES
@@ -502,12 +510,13 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
-            q_raw: torch.Tensor | None = None):
+            q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
-    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales."""
+    `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales.
+    refill_under_qk: the chained variant's ring refill order (`REFILL_UNDER_QK` where None)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     stages = default_stages(pipe) if stages is None else stages
@@ -531,7 +540,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order),
+             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
+             REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk),
         dict(num_warps=BM // 16, **_registers(pipe)),
     )
     if not save_o8:

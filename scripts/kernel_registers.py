@@ -250,7 +250,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
-                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=cfg.get("p_order", G.P_ORDER))
+                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=cfg.get("p_order", G.P_ORDER),
+                  REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])

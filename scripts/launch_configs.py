@@ -11,6 +11,8 @@ imports them when it runs).
       :qpass   forward: Q through the pre-pass (fuse_q off)
       :keyorder / :porder   forward: V's token-block copy in key order, or (the Gluon kernel's default) in P's
                register order (p_order; `attention_fwd.orders_v_copy`)
+      :refillqk / :refillpv   forward, the Gluon kernel's chained loop: a ring stage refilled under the next QKᵀ or
+               after its P·V (refill_qk; `attention_fwd_gluon.REFILL_UNDER_QK`)
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
@@ -42,6 +44,7 @@ from pathlib import Path
 
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "keyorder": ("p_order", False), "porder": ("p_order", True),
+          "refillqk": ("refill_qk", True), "refillpv": ("refill_qk", False),
           "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),

@@ -473,6 +473,27 @@ def test_gpu_forward_v_copy_in_p_register_order(variant):
     assert _rel(run(ordered)[0], base[0]) > 1e-2
 
 
+def test_gpu_gluon_refill_under_qk_keeps_the_bits():
+    """`attention_fwd_gluon.REFILL_UNDER_QK` (the chained loop refills a ring stage under the next QKᵀ) moves only
+    when a tile's TMA load is issued: O, the row statistics and O's fp8 copy are the same bits (S = 15 tiles, GQA,
+    B > 1, the ring at 2 and 3 stages, the fused Q)."""
+    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=45)
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, quantize_q=False, v_p_order=True)
+    for stages in (2, 3):
+        outs = []
+        for refill in (False, True):
+            fused = attention_fwd.fused_q_operand(q)
+            outs.append(attention_fwd_gluon.forward(fused, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3,
+                                                    stages=stages, q_raw=q, refill_under_qk=refill))
+        bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(*outs, strict=True)), stages
+
+
 def test_gpu_gluon_forward_through_the_launch_option():
     """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
     chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one
