@@ -458,8 +458,9 @@ def test_gpu_forward_v_copy_in_p_register_order(variant):
                                            stages=GLUON_VARIANTS[variant]["num_stages"])
 
     base, got = run(key), run(ordered)
+    chained = variant in ("chain x2", "ws x3")  # against the Triton kernel's launch of the same products
     triton = attention_fwd.forward(ordered.q, ordered.k, ordered.v, spec, True, True, 128 ** -0.5, 128, True,
-                                   config={**_triton_forward(), "CHAIN": True})
+                                   config={**_triton_forward(), "CHAIN": chained})
     bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
     same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
     o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()

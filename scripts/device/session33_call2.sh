@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 33, call 2 (one call, ~5 minutes): the key-sides pass writes V's copy in P's register order from registers
+# (call 1's permuted store indices made the pass 3.2× slower: 626 against 196 µs at 8k).
+#   bash scripts/device/session33_call2.sh   (carry .gpu; .gpu/keyorder.json = {"fwd": {"p_order": false}})
+# 1. GPU tests: the pass's bytes in P order, every forward kernel on that copy, the refill option's bits, the fp8
+#    prefix tests.
+# 2. launch_gaps at 8k: P order and key order in turn, two rounds.
+# 3. The issue's table.
+set -uo pipefail
+source scripts/device/setup.sh
+save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+TAIL=30 phase tests 150 $GPU_TESTS tests/test_attention_gpu.py tests/test_quantize.py tests/test_causal_safety.py \
+  -k "p_register_order or p_order or refill or (prefix_gpu and fp8)"
+save
+for round in 1 2; do
+  TAIL=0 phase "gaps_p_$round" 50 python3 scripts/launch_gaps.py --seq 8192 --calls 3
+  TAIL=0 phase "gaps_key_$round" 50 python3 scripts/launch_gaps.py --seq 8192 --calls 3 --launch .gpu/keyorder.json
+done
+for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep -iE "key_sides|fwd_gluon|per call" "$f" | head -5; done
+save
+TAIL=30 phase table 170 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 \
+  --presets "fp8;fp8-bf16dq" --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
+save
