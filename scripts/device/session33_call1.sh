@@ -9,9 +9,7 @@
 # 3. launch_gaps at 8k: kernel times of P order, key order, and P order with the ring refilled under QKᵀ (refill_qk).
 # 4. The table.
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=40 phase tests 200 $GPU_TESTS tests/test_attention_gpu.py tests/test_quantize.py tests/test_causal_safety.py \
   -k "p_register_order or p_order or refill or gluon_forward or ws_forward or fused_q or launch_variants or (prefix_gpu and fp8)"
 save

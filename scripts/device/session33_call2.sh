@@ -7,17 +7,11 @@
 # 2. launch_gaps at 8k: P order and key order in turn, two rounds.
 # 3. The issue's table.
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=30 phase tests 150 $GPU_TESTS tests/test_attention_gpu.py tests/test_quantize.py tests/test_causal_safety.py \
   -k "p_register_order or p_order or refill or (prefix_gpu and fp8)"
 save
-for round in 1 2; do
-  TAIL=0 phase "gaps_p_$round" 50 python3 scripts/launch_gaps.py --seq 8192 --calls 3
-  TAIL=0 phase "gaps_key_$round" 50 python3 scripts/launch_gaps.py --seq 8192 --calls 3 --launch .gpu/keyorder.json
-done
-for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep -iE "key_sides|fwd_gluon|per call" "$f" | head -5; done
+gaps_launches 2 "key_sides|fwd_gluon|per call" p key=.gpu/keyorder.json
 save
 TAIL=30 phase table 170 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 \
   --presets "fp8;fp8-bf16dq" --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table

@@ -45,3 +45,20 @@ gaps_vs_base() {
 # interpreter, for a wrapper (scripts/device/with_constants.py ... -- $GPU_TESTS_ARGS tests/...)
 GPU_TESTS_ARGS="-m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
 GPU_TESTS="python3 $GPU_TESTS_ARGS"
+# save: the results so far into $OUT (a call that runs out of time keeps what its phases saved)
+save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
+# which card ran the call, first in its output
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null || true
+# gaps_launches ROUNDS PATTERN NAME[=LAUNCH.json] ...: scripts/launch_gaps.py at S = 8k under each launch file in turn
+# (NAME alone: the defaults) for ROUNDS rounds (logs gaps_NAME_N), then each log's lines matching PATTERN (grep -iE)
+gaps_launches() {
+  local rounds=$1 pattern=$2 round spec f; shift 2
+  for round in $(seq 1 "$rounds"); do
+    for spec in "$@"; do
+      local launch=()
+      [[ $spec == *=* ]] && launch=(--launch "${spec#*=}")
+      TAIL=0 phase "gaps_${spec%%=*}_$round" 60 python3 scripts/launch_gaps.py --seq 8192 --calls 3 "${launch[@]}"
+    done
+  done
+  for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep -iE "$pattern" "$f" | head -8; done
+}
