@@ -8,8 +8,8 @@
 # 3. The table.
 set -uo pipefail
 source scripts/device/setup.sh  # also save() and the card's name
-TAIL=30 phase tests 120 $GPU_TESTS tests/test_attention_gpu.py tests/test_quantize.py tests/test_causal_safety.py \
-  -k "p_register_order or p_order or refill or (prefix_gpu and fp8)"
+TAIL=30 phase tests 90 $GPU_TESTS tests/test_attention_gpu.py tests/test_quantize.py tests/test_causal_safety.py \
+  -k "p_register_order or p_order or (prefix_gpu and fp8)"
 save
 gaps_launches 2 "key_sides|fwd_gluon|per call" p key=.gpu/keyorder.json
 save
