@@ -646,7 +646,7 @@ def test_forward_reads_v_copy_in_p_register_order(causal, bm):
 
 def test_orders_v_copy_where_the_gluon_kernel_reads_it(monkeypatch):
     """`attention_fwd.orders_v_copy`: only where the sm_90 Gluon kernel runs (so never on the CPU) with an fp8 `pv`
-    and safeguards on, and the launch option p_order can turn it off."""
+    and safeguards on, as `attention_fwd_gluon.P_ORDER` says unless the launch option p_order says otherwise."""
     from flamia_kernels import attention_fwd, attention_fwd_gluon
 
     q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
@@ -654,6 +654,12 @@ def test_orders_v_copy_where_the_gluon_kernel_reads_it(monkeypatch):
     assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)  # CPU: no Gluon
     default = attention_fwd.launch_config
     monkeypatch.setattr(attention_fwd_gluon, "unsupported", lambda *a: None)  # as on an sm_90 GPU
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
+    assert attention_fwd.orders_v_copy(q, fp8, True, True, False) is attention_fwd_gluon.P_ORDER
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True,
+                                                                      "p_order": True})
+    assert attention_fwd.orders_v_copy(q, fp8, True, True, False)
+    monkeypatch.setattr(attention_fwd_gluon, "P_ORDER", True)
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
     assert attention_fwd.orders_v_copy(q, fp8, True, True, False)
     assert not attention_fwd.orders_v_copy(q, fp8, True, False, False)  # leaky: the copy is the operand
