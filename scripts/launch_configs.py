@@ -9,8 +9,8 @@ imports them when it runs).
       :bm64    forward, and the backward's dQ kernel: programs of 64 query rows (bm = 64), half the tile
       :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on; the Gluon kernel's default)
       :qpass   forward: Q through the pre-pass (fuse_q off)
-      :keyorder / :porder   forward: V's token-block copy in key order, or (the Gluon kernel's default) in P's
-               register order (p_order; `attention_fwd.orders_v_copy`)
+      :keyorder / :porder   forward: V's token-block copy in key order, or in P's register order where the Gluon
+               kernel runs (p_order; `attention_fwd.orders_v_copy`; the default is `attention_fwd_gluon.P_ORDER`)
       :refillqk / :refillpv   forward, the Gluon kernel's chained loop: a ring stage refilled under the next QKᵀ or
                after its P·V (refill_qk; `attention_fwd_gluon.REFILL_UNDER_QK`)
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's

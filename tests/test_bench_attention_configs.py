@@ -25,7 +25,8 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, keyorder, porder, refillqk, refillpv, gluon, pipe0, pipe1, pipe2, chain, ws, pp, nopp, ws2, ws4, "
+    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, keyorder, porder, refillqk, refillpv, gluon, pipe0, pipe1, "
+               "pipe2, chain, ws, pp, nopp, ws2, ws4, "
                "wsdkdv, gluondq, gluondq32, fp8dk, fp8dq, dsfp8, dqserial, dqside, dqhigh, half, pre, late, atomic")
     with pytest.raises(argparse.ArgumentTypeError, match=f"'8x2:fast'.*'fast'.*{allowed}"):
         _configs("8x2:fast")
