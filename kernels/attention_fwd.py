@@ -297,6 +297,12 @@ def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool
     config = launch_config(q.shape[-1], spec.emulated)
     if "fuse_q" in config:
         return bool(config["fuse_q"])
+    return _gluon_runs(config, q, spec, causal, has_doc)
+
+
+def _gluon_runs(config: dict, q: torch.Tensor, spec, causal: bool, has_doc: bool) -> bool:
+    """Whether `forward` under launch `config` runs the sm_90 Gluon kernel for these inputs, as far as it can tell
+    before the pre-pass (`attention_fwd_gluon.unsupported`: no operand needed)."""
     return bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
 
 
@@ -309,7 +315,7 @@ def orders_v_copy(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc
         return False
     config = launch_config(q.shape[-1], spec.emulated)
     wanted = config.get("p_order", attention_fwd_gluon.P_ORDER)  # a launch option for A/B timings
-    return bool(wanted and config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
+    return bool(wanted) and _gluon_runs(config, q, spec, causal, has_doc)
 
 
 def launch_config(d: int, emulated: bool) -> dict:
