@@ -42,6 +42,11 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+def _bits(x):
+    """x as comparable bits: fp8 bytes as uint8 (torch.equal has no fp8 kernel), anything else as it is."""
+    return x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x
+
+
 def _spy(monkeypatch, module, name: str) -> list:
     """module.name, still called, records each call (a 1) in the returned list for the rest of the test."""
     calls, original = [], getattr(module, name)
@@ -297,8 +302,7 @@ def test_gpu_forward_launch_variants_match_the_default(variant, causal):
                                  config=_triton_forward())
     got = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, True, 128 ** -0.5, 128, True,
                                 config=FORWARD_VARIANTS[variant])
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
+    same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(got, base, strict=True)]
     print(f"\nforward {variant} causal={causal}: O rel-L2 {_rel(got[0], base[0]):.2e}, bit-identical "
           f"(O, lse2, M offset, O8, O scale) {same}")
     assert _rel(got[0], base[0]) <= 1e-5 and torch.equal(got[2], base[2])
@@ -342,15 +346,14 @@ def test_gpu_gluon_fused_q_matches_the_prepass():
     want = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, True, 128 ** -0.5, True)
     fused_q = attention_fwd.fused_q_operand(q)
     got = attention_fwd_gluon.forward(fused_q, ops.k, ops.v, True, 128 ** -0.5, True, q_raw=q.contiguous())
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    assert torch.equal(bits(fused_q.vals), bits(ops.q.vals)) and torch.equal(fused_q.scale, ops.q.scale)
-    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, want, strict=True))
+    assert torch.equal(_bits(fused_q.vals), _bits(ops.q.vals)) and torch.equal(fused_q.scale, ops.q.scale)
+    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, want, strict=True))
     bad = q.clone()  # tiles holding NaN or ±Inf take the kernel's other branch (E4M3 NaN with its sign)
     bad[0, 1, 70, 3], bad[1, 5, 1000, 9], bad[1, 6, 1500, :2] = float("nan"), -float("nan"), float("inf")
     bad_q = attention_fwd.fused_q_operand(bad)
     attention_fwd_gluon.forward(bad_q, ops.k, ops.v, True, 128 ** -0.5, False, q_raw=bad)
     bytes_, scale = QZ.quantize_fp8_per_token(bad)
-    assert torch.equal(bits(bad_q.vals), bits(bytes_))  # NaN scales compare as bits
+    assert torch.equal(_bits(bad_q.vals), _bits(bytes_))  # NaN scales compare as bits
     assert torch.equal(bad_q.scale.view(torch.int32), scale[..., 0].contiguous().view(torch.int32))
 
     calls, original = [], attention_fwd_gluon.forward
@@ -419,9 +422,8 @@ def test_gpu_gluon_forward_matches_the_triton_kernel(variant, safeguards):
     got = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True,
                                       pipe=GLUON_VARIANTS[variant]["pipe"],
                                       stages=GLUON_VARIANTS[variant]["num_stages"])
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
-    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+    same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (_bits(got[3]) != _bits(base[3])).float().mean().item()
     print(f"\ngluon {variant} safeguards={safeguards}: O rel-L2 {_rel(got[0], base[0]):.2e}, bit-identical "
           f"(O, lse2, M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}")
     assert _rel(got[0], base[0]) <= 1e-5 and (got[2] != base[2]).float().mean().item() <= 1e-4
@@ -461,9 +463,8 @@ def test_gpu_forward_v_copy_in_p_register_order(variant):
     chained = variant in ("chain x2", "ws x3")  # against the Triton kernel's launch of the same products
     triton = attention_fwd.forward(ordered.q, ordered.k, ordered.v, spec, True, True, 128 ** -0.5, 128, True,
                                    config={**_triton_forward(), "CHAIN": chained})
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
-    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+    same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (_bits(got[3]) != _bits(base[3])).float().mean().item()
     print(f"\np_order {variant}: O rel-L2 {_rel(got[0], base[0]):.2e} against key order, bit-identical (O, lse2, "
           f"M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}; Triton kernel on the same copy: O "
           f"rel-L2 {_rel(triton[0], base[0]):.2e}")
@@ -491,8 +492,7 @@ def test_gpu_gluon_refill_under_qk_keeps_the_bits():
             fused = attention_fwd.fused_q_operand(q)
             outs.append(attention_fwd_gluon.forward(fused, ops.k, ops.v, True, 128 ** -0.5, True, pipe=3,
                                                     stages=stages, q_raw=q, refill_under_qk=refill))
-        bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(*outs, strict=True)), stages
+        assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(*outs, strict=True)), stages
 
 
 def test_gpu_gluon_forward_through_the_launch_option():
@@ -545,9 +545,8 @@ def test_gpu_ws_forward_matches_the_chained_kernel(variant, safeguards):
     base = attention_fwd_gluon.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, pipe=3)
     got = attention_fwd_ws.forward(ops.q, ops.k, ops.v, safeguards, 128 ** -0.5, True, stages=stages,
                                    pingpong=pingpong)
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    same = [torch.equal(bits(a), bits(b)) for a, b in zip(got, base, strict=True)]
-    o8_diff = (bits(got[3]) != bits(base[3])).float().mean().item()
+    same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(got, base, strict=True)]
+    o8_diff = (_bits(got[3]) != _bits(base[3])).float().mean().item()
     print(f"\nws {variant} safeguards={safeguards}: O rel-L2 vs chained {_rel(got[0], base[0]):.2e}, "
           f"bit-identical (O, lse2, M offset, O8, O scale) {same}, O8 bytes differing {o8_diff:.1e}")
     assert _rel(got[0], base[0]) <= 3e-5 and (got[2] != base[2]).float().mean().item() <= 1e-4
@@ -611,8 +610,7 @@ def test_gpu_forward_keeps_a_future_non_finite_key_out_of_past_rows(kernel, bad)
     k_bad = k.clone()
     k_bad[:, :, t + 1, :5] = bad
     dirty = run(prepare_forward(q, k_bad, v, spec, True, QZ, 128, v_transposed=True))
-    bits = lambda x: x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x  # noqa: E731
-    same = [torch.equal(bits(a[:, :, : t + 1]), bits(b[:, :, : t + 1])) for a, b in zip(clean, dirty, strict=True)]
+    same = [torch.equal(_bits(a[:, :, : t + 1]), _bits(b[:, :, : t + 1])) for a, b in zip(clean, dirty, strict=True)]
     print(f"\n{kernel} forward, key {t + 1} = {bad}: rows <= {t} bit-identical (O, lse2, M offset, O8, O scale) "
           f"{same}; rows > {t} finite {torch.isfinite(dirty[0][:, :, t + 1:]).float().mean().item():.3f}")
     assert all(same), same

@@ -398,6 +398,11 @@ def test_prepass_launch_override_errors():
         Q.quantize_fp8_per_token(x, launch={"num_warps": 6})
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """A key-side pass's output as comparable bits: fp8 bytes as uint8, fp32 scales as int32 (NaN compares equal)."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("family", ["normal", "outliers", "tiny", "ties"])
@@ -413,7 +418,6 @@ def test_key_sides_in_one_launch_match_the_separate_passes(device, family):
     k = make_input(family, (2, 3, 256, 64), "fp8_key_side", seed=47).to(device)
     v = make_input(family, (2, 3, 256, 64), "fp8_key_side", seed=53).to(device)
     k[0, 1, 5, 7], v[1, 2, 70, 40], v[1, 0, 255, 0] = float("nan"), float("inf"), -float("inf")
-    bits = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)  # noqa: E731
     got = Q.quantize_fp8_key_sides(k, v, 64)
     want = (Q.quantize_fp8_key_side(k, 64), Q.quantize_fp8_key_side(v, 64, transposed=True))
     for g, w in zip(got, want, strict=True):
@@ -440,7 +444,6 @@ def test_key_sides_write_v_copy_in_p_register_order(device):
     k = make_input("outliers", (2, 3, 256, 64), "fp8_key_side", seed=61).to(device)
     v = make_input("outliers", (2, 3, 256, 64), "fp8_key_side", seed=67).to(device)
     v[1, 2, 70, 40] = float("nan")
-    bits = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t.view(torch.int32)  # noqa: E731
     want = Q.quantize_fp8_key_sides(k, v, 64)
     got = Q.quantize_fp8_key_sides(k, v, 64, p_order=True)
     assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got[0], want[0], strict=True))
