@@ -9,13 +9,11 @@
 #   4. the 8k / 16k fwd+bwd of `fp8` with FOLD_K_T on, against cuDNN, three rounds.
 #   bash scripts/device/session32_call1.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=0 phase tests 120 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py -k "fold_k or (relaunch and not bf16dq) or fp8_ds_out or test_prefix_gpu[fp8-triton]"
 grep -E "fold_k \(|PASSED|FAILED|ERROR" "$R/tests.log" | cut -c1-200 | tail -24
-grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -4
+test_verdict
 save
 ON="python3 scripts/device/with_constants.py attention_bwd.FOLD_K_T=True --"
 for round in 1 2; do

@@ -8,14 +8,12 @@
 #   3. the 8k / 16k fwd+bwd of `fp8` against cuDNN, three rounds: the defaults, then FOLD_K_T on (FOLD_V on).
 #   bash scripts/device/session32_call2.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 KT="python3 scripts/device/with_constants.py attention_bwd.FOLD_K_T=True"
 TAIL=0 phase tests 170 $KT -- -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py tests/test_causal_safety.py \
   -k "fold_k or relaunch or fp8_ds_out or test_prefix_gpu[fp8-triton] or test_prefix_gpu[fp8-bf16dq-triton]"
 grep -E "fold_k |fold_v|relaunched vs|PASSED|FAILED|ERROR" "$R/tests.log" | cut -c1-220 | tail -30
-grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -4
+test_verdict
 save
 for round in 1 2 3; do
   TAIL=0 phase "gaps_off_$round" 40 python3 scripts/launch_gaps.py --seq 8192 --calls 3

@@ -4,8 +4,6 @@
 # (8 warps × 3 stages) and the buffer's read ceiling; dQ compared bit for bit; two rounds in turn.
 #   bash scripts/device/session32_call5.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=40 phase probe 200 python3 scripts/device/dq_from_ds_probe.py --rounds 2 --buffers fp8 --variants 7,8,9,10,11
 save

@@ -7,13 +7,11 @@
 #      cuDNN and flash, three rounds.
 #   bash scripts/device/session32_call7.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=0 phase tests 150 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py -k "ds_out or fp8_ds or relaunch or test_prefix_gpu[fp8-triton] or test_prefix_gpu[fp8-bf16dq-triton]"
 grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -30
-grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -4
+test_verdict
 save
 TAIL=0 phase gaps_fp8 40 python3 scripts/launch_gaps.py --seq 8192 --calls 3
 TAIL=0 phase gaps_bf16dq 40 python3 scripts/launch_gaps.py --seq 8192 --calls 3 --preset fp8-bf16dq

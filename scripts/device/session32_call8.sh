@@ -6,14 +6,12 @@
 #   2. the kernels of a training call at 8k, `fp8`, two rounds (launch_gaps.py).
 #   bash scripts/device/session32_call8.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=0 phase tests 150 python3 -m pytest -v -m gpu -s -p no:cacheprovider --tb=short tests/test_attention_gpu.py \
   tests/test_causal_safety.py tests/test_quantize.py -k "ds_out or fp8_ds or relaunch or fused_delta or \
 test_prefix_gpu[fp8-triton] or test_prefix_gpu[fp8-bf16dq-triton] or test_gpu_triton_matches_reference[128-fp8]"
 grep -E "PASSED|FAILED|ERROR" "$R/tests.log" | sed -E 's/ (PASSED|FAILED|ERROR).*/ \1/' | tail -30
-grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.log" | tail -4
+test_verdict
 save
 for round in 1 2; do
   TAIL=0 phase "gaps_$round" 40 python3 scripts/launch_gaps.py --seq 8192 --calls 3

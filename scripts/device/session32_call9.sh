@@ -3,9 +3,7 @@
 # fwd and fwd+bwd, `fp8` and `fp8-bf16dq` against cuDNN and flash, three rounds.
 #   bash scripts/device/session32_call9.sh            (carry .gpu)
 set -uo pipefail
-source scripts/device/setup.sh
-save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+source scripts/device/setup.sh  # also save() and the card's name
 TAIL=30 phase table 150 python3 scripts/bench_attention.py --seqs 8192,16384,32768 --dims 128 \
   --presets "fp8;fp8-bf16dq" --peers cudnn,flash --modes fwd,fwdbwd --rounds 3 --out /tmp/results/table
 save

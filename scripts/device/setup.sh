@@ -45,6 +45,8 @@ gaps_vs_base() {
 # interpreter, for a wrapper (scripts/device/with_constants.py ... -- $GPU_TESTS_ARGS tests/...)
 GPU_TESTS_ARGS="-m pytest -q -m gpu -s -p no:cacheprovider --tb=short"
 GPU_TESTS="python3 $GPU_TESTS_ARGS"
+# test_verdict [NAME]: the outcome lines of a pytest phase's log ($R/NAME.log, tests by default)
+test_verdict() { grep -E "^(FAILED|ERROR)|passed|failed" "$R/${1:-tests}.log" | tail -4; }
 # save: the results so far into $OUT (a call that runs out of time keeps what its phases saved)
 save() { tar -czf "$OUT/results.tar.gz" -C /tmp results; }
 # which card ran the call, first in its output
