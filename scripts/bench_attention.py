@@ -159,6 +159,16 @@ def cuda_stamp(thunk):
     return lambda: (end.synchronize(), start.elapsed_time(end))[1]
 
 
+def named_launch(arg: str) -> tuple[str, dict]:
+    """--launch [NAME=]FILE: (NAME or "launch", the file's launch options)."""
+    name, sep, path = arg.partition("=")
+    if not sep:
+        name, path = "launch", arg
+    if not name or "[" in name or "]" in name:
+        raise argparse.ArgumentTypeError(f"--launch {arg}: NAME must be non-empty and without brackets")
+    return name, load_launch(path)
+
+
 def sleep_cycles(ms: float) -> int:
     """Cycles of `torch.cuda._sleep` for about ms at the SM clock the device reports (the H200's 1980 MHz boost
     where it reports none)."""
@@ -181,8 +191,8 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
     entries = [(p, lambda p=p: flamia_attention(q, k, v, p), None) for p in args.presets]
-    if args.launch:  # the same presets again under the --launch configs (fp8-only knobs: dim 128 only)
-        entries += [(f"{p} [launch]", lambda p=p: flamia_attention(q, k, v, p), args.launch)
+    for tag, launch in args.launch:  # the same presets again under each --launch (fp8-only knobs: dim 128 only)
+        entries += [(f"{p} [{tag}]", lambda p=p: flamia_attention(q, k, v, p), launch)
                     for p in args.presets if d == 128]
     entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v), None) for p in args.peers]
 
@@ -214,7 +224,7 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
         readings = interleaved_readings(entries, args.modes, args.rounds, measure, log)
     for (name, mode), runs in readings.items():
         ms = statistics.median(runs)
-        emulated = "peer" not in name and AttentionSpec.parse(name.removesuffix(" [launch]")).emulated
+        emulated = "peer" not in name and AttentionSpec.parse(name.split(" [")[0]).emulated
         rows.append(dict(kind="speed", name=name, mode=mode, B=b, H=h, S=s, D=d, ms=ms,
                          tflops=flops(b, h, s, d, mode) / ms / 1e9, ms_rounds=runs, emulated=emulated))
 
@@ -425,9 +435,10 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="also torch.profiler's kernel table of fp8 fwd+bwd")
     ap.add_argument("--fwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x3,4x3")
     ap.add_argument("--bwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x2,4x2")
-    ap.add_argument("--launch", type=load_launch, default=None,
-                    help="JSON {\"fwd\": {...}, \"bwd\": {...}} of launch options (scripts/pick_launch.py writes "
-                         "it): each preset also runs under them, as '<preset> [launch]' rows")
+    ap.add_argument("--launch", type=named_launch, action="append", default=[],
+                    help="[NAME=]FILE, repeatable: a JSON {\"fwd\": {...}, \"bwd\": {...}} of launch options "
+                         "(scripts/pick_launch.py writes it); each preset also runs under each file, as '<preset> "
+                         "[NAME]' rows ('[launch]' without a NAME)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     if args.rounds < 1:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_attention import _configs  # noqa: E402
+from bench_attention import _configs, named_launch  # noqa: E402
 from launch_configs import launch_overrides, load_launch  # noqa: E402
 from pick_launch import best_per_kernel, launch_file  # noqa: E402
 
@@ -109,3 +109,15 @@ def test_ab_forward_variants_are_forward_launch_options():
     assert variant_launch("pipe2+qpass") == {"fwd": {"pipe": 2, "fuse_q": False}}
     with pytest.raises(SystemExit, match="unknown flag 'fast'"):
         variant_launch("pipe2+fast")
+
+
+def test_launch_files_take_names(tmp_path):
+    """--launch [NAME=]FILE, repeatable: each file's rows are tagged with its NAME ('launch' without one); an empty
+    NAME or one with brackets (the row tag's delimiters) is refused, naming the argument."""
+    path = tmp_path / "p.json"
+    path.write_text('{"fwd": {"p_order": true}}')
+    assert named_launch(f"porder={path}") == ("porder", {"fwd": {"p_order": True}})
+    assert named_launch(str(path)) == ("launch", {"fwd": {"p_order": True}})
+    for bad in (f"={path}", f"a[b={path}"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME must be non-empty and without brackets"):
+            named_launch(bad)
