@@ -60,11 +60,10 @@ TMA_OUT = True
 CHAIN_STAGES = 2  # the chained variant's ring: three programs per SM of 2 × 32 KB + Q's 8 KB
 MAXNREG_CHAIN = 168  # 65536 registers / (3 programs × 128 threads), rounded down to a multiple of 8
 # V's token-block copy written with its keys in P's register order (`formats.p_register_order`, `_p_operand`) where
-# this kernel reads it: the P tile then needs no layout exchange before its P·V product. The kernel −8% at 8k on an
-# H100, the same bits (session 33, call 1). Off until a GPU has run the key-sides pass that permutes the copy in
-# registers (4d77525; `bash scripts/device/session33_call2.sh`): call 1's pass, which permuted its store indices, was
-# right but 3.2× slower, and the register version has only run under the interpreter and compiled for sm_90
-P_ORDER = False
+# this kernel reads it: the P tile then needs no layout exchange before its P·V product. On an H100 (session 34, call
+# 1, a4d9a88) the kernel 1397 -> 1285 µs at 8k with the pass unchanged (193 µs), the same bits for every variant and
+# the fp8 prefix tests passed with it on: the forward 1.06 -> 1.17x cuDNN at 8k, 1.15 -> 1.29x at 16k
+P_ORDER = True
 # the chained loop refills the previous tile's ring stage right after issuing QKᵀ(t), under that product, instead of
 # after P·V(t) retires: the TMA issue (three CTA barriers, ~40 instructions) then leaves the path from one P·V's end
 # to the next QKᵀ's issue; each tile's load starts that much later. The same bits (a launch option, "refill_qk")
