@@ -83,29 +83,24 @@ def check_inputs(q, k, v, spec: AttentionSpec) -> None:
 class _FlamiaAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, spec: AttentionSpec, causal: bool, safeguards: bool, doc_ids, needs_grad: bool):
-        from . import attention_fwd, attention_fwd_overlap
+        from . import attention_fwd
 
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         # the forward kernel quantizes Q itself where that is the launch (fp8 qk, per-token Q only)
         fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
-        v_p_order = attention_fwd.orders_v_copy(q, spec, causal, safeguards, doc_ids is not None)
+        ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
+                              off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
+                              quantize_q=not fuse_q,
+                              v_p_order=attention_fwd.orders_v_copy(q, spec, causal, safeguards, doc_ids is not None))
+        if fuse_q:
+            ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
         # inference) skips it and saves nothing, as SDPA skips its logsumexp there
         save_o8 = needs_grad and spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
-        overlap = attention_fwd_overlap.plan(q, k, v, spec, doc_ids is not None, fuse_q, SEQ_BLOCK)
-        if overlap is not None:  # K's and V's pass for later heads under the forward kernel of earlier ones
-            ops, (o, lse2, moff, o8, o_scale) = attention_fwd_overlap.forward(
-                q, k, v, spec, causal, safeguards, sm_scale, SEQ_BLOCK, save_o8, *overlap, v_p_order)
-        else:
-            ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
-                                  off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
-                                  quantize_q=not fuse_q, v_p_order=v_p_order)
-            if fuse_q:
-                ops.q = attention_fwd.fused_q_operand(q)
-            o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
-                                                               sm_scale, SEQ_BLOCK, save_o8, doc=doc,
-                                                               q_raw=q if fuse_q else None)
+        o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
+                                                           sm_scale, SEQ_BLOCK, save_o8, doc=doc,
+                                                           q_raw=q if fuse_q else None)
         if not needs_grad:
             return o
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)

@@ -195,7 +195,7 @@ if HAS_TRITON:
 
     @triton.jit
     def _fwd_kernel(Q, QS, Q8, K, KS, KB, KBS, VT, VS, VBT, VBS, O, O8, OS, LSE2, MOFF, DOC, DSTART, DEND, QE, KE,
-                    qk_scale, P_GLOB, S, G, HKV, BH0, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
+                    qk_scale, P_GLOB, S, G, HKV, D: tl.constexpr, BLOCK: tl.constexpr, PV_FMT: tl.constexpr,
                     CAUSAL: tl.constexpr, SAFE: tl.constexpr, SAVE_O8: tl.constexpr, TINY: tl.constexpr,
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
@@ -203,8 +203,7 @@ if HAS_TRITON:
                     V_PORDER: tl.constexpr = False):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
-        bh = (tl.program_id(1) + BH0).to(tl.int64)  # b * Hq + h; BH0 > 0 where the launch covers a range (`heads`),
-        # added to the tensor: Triton specializes an int argument of 1 to a constexpr, which has no .to
+        bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
         bhk = bh // G  # b * Hkv + h // G: the shared K/V head (GQA)
         first = pid_m * BM  # the program's first query row; BM divides BLOCK
         offs_m = first + tl.arange(0, BM)
@@ -342,8 +341,7 @@ def launch_config(d: int, emulated: bool) -> dict:
 
 
 def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
-            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None,
-            heads: tuple[int, int] | None = None, outs: tuple | None = None):
+            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; v: Operand with `vals_t` [B, Hkv, D, S] (Vᵀ, K-major).
@@ -363,20 +361,16 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     itself, each program the rows it owns, and fills q.vals / q.scale with the bytes and scales of
     `quantize.quantize_fp8_per_token(q_raw)` for the backward; one read of Q instead of a pre-pass
     read and write and a second read (fp8 `qk` with per-token Q, i.e. safeguards on, only).
-    heads: only the query heads [a, b) of the flattened B·Hq, written into `outs` (from
-    `attention_fwd_gluon.forward_outputs`; elsewhere untouched): `attention_fwd_overlap` launches the kernel
-    once per group of heads. Not with the warp-specialized kernel (pipe 4).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
     b, hq, seq, d = q.vals.shape
     group = hq // k.vals.shape[1]
-    if heads is not None and outs is None:
-        raise ValueError("forward heads: pass the whole call's outputs (`outs`) that each range is written into")
-    first, last = attention_fwd_gluon.head_range(heads, b * hq)
-    o, lse2, moff, o8, o_scale = outs if outs is not None else attention_fwd_gluon.forward_outputs(q.vals, save_o8)
-    if not save_o8:
-        o8, o_scale = o, lse2  # unread without SAVE_O8
+    o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    lse2 = torch.empty(b, hq, seq, dtype=torch.float32, device=q.vals.device)
+    moff = torch.empty(b, hq, seq, dtype=torch.int8, device=q.vals.device)
+    o8 = torch.empty(o.shape, dtype=torch.uint8, device=o.device) if save_o8 else o
+    o_scale = torch.empty_like(lse2) if save_o8 else lse2
     doc_ptrs = doc if doc is not None else (moff, moff, moff)  # unread without HAS_DOC
     k_off = (k.off.vals, k.off.scale) if k.off is not None else (k.vals, k.scale)  # unread without K_OFF
     v_off = (v.off.vals, v.off.scale) if v.off is not None else (v.vals_t, v.scale)  # unread without V_OFF
@@ -395,29 +389,22 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
     config.pop("p_order", None)  # likewise, made by the order of v.off (`orders_v_copy`)
-    config.pop("overlap", None)  # and these by launching per group of heads (`attention_fwd_overlap`)
-    config.pop("overlap_programs", None)
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
     refill_under_qk = config.pop("refill_qk", None)
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
-            if heads is not None:
-                raise ValueError(f"forward heads {heads}: the warp-specialized kernel (pipe {pipe}) runs every head; "
-                                 "ranges of heads need pipes 0-3 or the Triton kernel")
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
                                             q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
-                                           q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk,
-                                           heads=(first, last), outs=(o, lse2, moff, o8 if save_o8 else None,
-                                                                      o_scale if save_o8 else None))
+                                           q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")
-    _fwd_kernel[(seq // bm, last - first)](
+    _fwd_kernel[(seq // bm, b * hq)](
         q_in, q.scale, q8_out, k_in, k.scale, *k_off, v.vals_t, v.scale, *v_off, o, o8, o_scale, lse2, moff,
-        *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1], first,
+        *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
         V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None,

@@ -281,9 +281,9 @@ if HAS_GLUON:
 
     @gluon.jit
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
-                          O8, OS, LSE2, MOFF, qk_scale, S, G, BH0, D: gl.constexpr, BLOCK: gl.constexpr,
-                          BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr,
-                          TINY: gl.constexpr, PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
+                          O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
+                          STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
+                          PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
                           P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
@@ -294,7 +294,7 @@ if HAS_GLUON:
 
         n_m = gl.num_programs(0)
         pid_m = n_m - 1 - gl.program_id(0)  # longest causal rows first, as the Triton kernel
-        bh = BH0 + gl.program_id(1)  # b * Hq + h; BH0 > 0 where the launch covers a range of heads (`heads`)
+        bh = gl.program_id(1)
         bhk = bh // G
         first = pid_m * BM
         diag = first // BLOCK * BLOCK
@@ -507,44 +507,18 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
     return o_desc, o8_desc
 
 
-def forward_outputs(q_vals: torch.Tensor, save_o8: bool) -> tuple:
-    """The forward's outputs for Q's bytes [B, Hq, S, D], empty: (O bf16, lse2 fp32, M offset int8, O's fp8
-    bytes as uint8 and their scales, or None and None without save_o8). The row statistics and O's fp8 copy
-    live and die together (saved for the backward, or dropped): one allocation (`buffers.carve`)."""
-    b, hq, seq, d = q_vals.shape
-    o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q_vals.device)
-    rows = (b, hq, seq)
-    if save_o8:
-        lse2, moff, o8, o_scale = carve(o.device, [(rows, torch.float32), (rows, torch.int8),
-                                                   ((*rows, d), torch.uint8), (rows, torch.float32)])
-        return o, lse2, moff, o8, o_scale
-    lse2, moff = carve(o.device, [(rows, torch.float32), (rows, torch.int8)])
-    return o, lse2, moff, None, None
-
-
-def head_range(heads: tuple[int, int] | None, n_heads: int) -> tuple[int, int]:
-    """A launch's range of the flattened B·Hq query heads, checked: all of them where `heads` is None."""
-    first, last = heads if heads is not None else (0, n_heads)
-    if not 0 <= first < last <= n_heads:
-        raise ValueError(f"forward heads ({first}, {last}): a non-empty range within the {n_heads} B·Hq heads")
-    return first, last
-
-
 # Gluon kernels are launched eagerly: torch.compile's support for user Triton kernels covers
 # tl-JIT functions, not Gluon's TMA-descriptor launches (never exercised here), so Dynamo
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None,
-            heads: tuple[int, int] | None = None, outs: tuple | None = None):
+            q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
     `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales.
-    refill_under_qk: the chained variant's ring refill order (`REFILL_UNDER_QK` where None).
-    heads: only the query heads [a, b) of the flattened B·Hq (`attention_fwd_overlap`), into `outs` (from
-    `forward_outputs`, written there for those heads only); every head where None."""
+    refill_under_qk: the chained variant's ring refill order (`REFILL_UNDER_QK` where None)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     stages = default_stages(pipe) if stages is None else stages
@@ -552,15 +526,21 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
-    first, last = head_range(heads, b * hq)
-    o, lse2, moff, o8, o_scale = outs if outs is not None else forward_outputs(q.vals, save_o8)
-    if not save_o8:
+    o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
+    # the row statistics (and O's fp8 copy) live and die together (saved for the backward, or dropped): one
+    # allocation (`buffers.carve`)
+    rows = (b, hq, seq)
+    if save_o8:
+        lse2, moff, o8, o_scale = carve(o.device, [(rows, torch.float32), (rows, torch.int8),
+                                                   ((*rows, d), torch.uint8), (rows, torch.float32)])
+    else:
+        lse2, moff = carve(o.device, [(rows, torch.float32), (rows, torch.int8)])
         o8, o_scale = o, lse2  # unread without SAVE_O8
     _FWD_LAUNCH(
-        (seq // BM, last - first),
+        (seq // BM, b * hq),
         (*descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
-         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv, first),
+         v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
              FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
              REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk),

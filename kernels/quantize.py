@@ -383,36 +383,21 @@ if HAS_TRITON:
                           BLOCK_S, BLOCK_D, TRANSPOSED)
 
     @triton.jit
-    def _key_sides_block(
-        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, slot, pid_s, BH0, D: tl.constexpr,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr,
-    ):
-        """Token block pid_s of K (even slot) or of Vᵀ (odd slot) of slice BH0 + slot // 2."""
-        bh = (slot // 2 + BH0).to(tl.int64)  # BH0 may arrive as a constexpr (Triton specializes an int of 1)
-        if slot % 2 == 0:
-            _key_side_program(K, K8, KScale, KB8, KBScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D, False)
-        else:
-            _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, pid_s, TINY, BLOCK_S, BLOCK_D, True, P_ORDER)
-
-    @triton.jit
     def _fp8_key_sides_kernel(
-        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, BH0, BLOCKS, D: tl.constexpr,
+        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr = False,
-        PERSISTENT: tl.constexpr = False,
     ):
-        """K's pass (rows) and V's (Vᵀ) in one launch over the slices BH0, BH0 + 1, ...: even programs of axis 0
-        take K's block of slice BH0 + axis0 // 2, odd ones V's, so the two run side by side and share one tail.
-        PERSISTENT: a grid of few programs instead, each taking blocks pid, pid + grid, ... of the BLOCKS the full
-        grid would have (row-major over it), so that the pass can run on a few SMs beside another kernel
-        (`attention_fwd_overlap`). P_ORDER: V's token-block copy in `p_register_order`."""
-        if PERSISTENT:
-            n_s = S // BLOCK_S
-            for blk in range(tl.program_id(0), BLOCKS, tl.num_programs(0)):
-                _key_sides_block(K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, blk // n_s, blk % n_s,
-                                 BH0, D, TINY, BLOCK_S, BLOCK_D, P_ORDER)
+        """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
+        axis0 // 2, odd ones V's, so the two run side by side and share one tail. P_ORDER: V's token-block copy
+        in `p_register_order`."""
+        pid = tl.program_id(0)
+        bh = (pid // 2).to(tl.int64)
+        if pid % 2 == 0:
+            _key_side_program(K, K8, KScale, KB8, KBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
+                              False)
         else:
-            _key_sides_block(K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, tl.program_id(0),
-                             tl.program_id(1), BH0, D, TINY, BLOCK_S, BLOCK_D, P_ORDER)
+            _key_side_program(V, V8, VScale, VB8, VBScale, S, D, bh, tl.program_id(1), TINY, BLOCK_S, BLOCK_D,
+                              True, P_ORDER)
 
     @triton.jit
     def _fp8_tokens_delta_kernel(
@@ -766,7 +751,7 @@ def _key_side_outputs(x: torch.Tensor, block: int, transposed: bool):
     return tuple(torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in (*per_token, *copy))
 
 
-def key_sides_outputs(k: torch.Tensor, block: int):
+def _key_sides_outputs(k: torch.Tensor, block: int):
     """`_key_side_outputs` of K and of V (transposed, K's shape) in two allocations (`buffers.carve`): what the
     attention forward saves for the backward — the per-token bytes and scales, and K's and V's block scales (launch
     option fold_k, `attention_bwd.FOLD_V`) — and the token-block copies, which it drops; two calls instead of eight.
@@ -796,54 +781,27 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     if p_order and block % F.P_ORDER_CHUNK:
         raise ValueError(f"quantize_fp8_key_sides: p_order needs block ({block}) a multiple of {F.P_ORDER_CHUNK}")
     launch = _check_launch(launch, ("num_warps",))
-    if not key_sides_in_one_launch(k, block):
+    seq, dim = k.shape[-2], k.shape[-1]
+    if not (can_run_triton(k) and _is_pow2(block)) or seq % block or k.dim() < 2 or not k.numel():
         k_parts, v_parts = quantize_fp8_key_side(k, block, False, launch), quantize_fp8_key_side(v, block, True, launch)
         if p_order:
             v_parts = (*v_parts[:2], F.p_register_order(v_parts[2]), v_parts[3])
         return k_parts, v_parts
     k, v = k.contiguous(), v.contiguous()
-    k_outs, v_outs = key_sides_outputs(k, block)
-    fill_key_sides(k, v, k_outs, v_outs, block, p_order=p_order, launch=launch)
-    return k_outs, v_outs
-
-
-def key_sides_in_one_launch(k: torch.Tensor, block: int) -> bool:
-    """Whether `quantize_fp8_key_sides` runs its one Triton launch for K of this shape (else the two passes of
-    `quantize_fp8_key_side`, e.g. on a CPU without the interpreter): what `fill_key_sides` needs."""
-    return (can_run_triton(k) and _is_pow2(block) and k.dim() >= 2 and k.numel() > 0
-            and k.shape[-2] % block == 0)
-
-
-def fill_key_sides(k: torch.Tensor, v: torch.Tensor, k_outs: tuple, v_outs: tuple, block: int,
-                   slices: tuple[int, int] | None = None, programs: int | None = None, p_order: bool = False,
-                   launch: dict | None = None) -> None:
-    """`quantize_fp8_key_sides`' launch into outputs made by `key_sides_outputs(k, block)`: for the slices
-    [a, b) of K's and V's flattened leading dims only (all of them where None), the same bytes there, the
-    rest untouched. k and v contiguous, `key_sides_in_one_launch` true. programs: a persistent grid of that
-    many programs, each looping over the range's token blocks, instead of one program a block: the pass then
-    holds a few SMs and leaves the rest to a kernel running beside it (`attention_fwd_overlap`)."""
-    seq, dim = k.shape[-2], k.shape[-1]
-    n_slices = k.numel() // (seq * dim)
-    first, last = slices if slices is not None else (0, n_slices)
-    if not 0 <= first < last <= n_slices:
-        raise ValueError(f"fill_key_sides: slices ({first}, {last}) must lie in [0, {n_slices}) and be non-empty")
-    if programs is not None and programs < 1:
-        raise ValueError(f"fill_key_sides: programs={programs}: allowed a positive count or None")
-    launch = launch or {}
-    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs
-    n_blocks = 2 * (last - first) * (seq // block)
+    bh = k.numel() // (seq * dim)
+    (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs = _key_sides_outputs(k, block)
     _KEY_SIDES_LAUNCH(
-        (min(programs, n_blocks),) if programs else (2 * (last - first), seq // block),
+        (2 * bh, seq // block),
         (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
-         vbs, seq, first, n_blocks),
+         vbs, seq),
         # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a
         # run-time value each thread moved one element per instruction)
-        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order,
-             PERSISTENT=bool(programs)),
+        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),
     )
+    return k_outs, v_outs
 
 
 # launched through `relaunch.Relaunch` (host time a backward): Triton's launch path once per plan

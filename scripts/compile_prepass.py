@@ -40,15 +40,11 @@ def variants(qz):
         yield (f"requant blocks transposed={transposed}", qz._fp8_requant_blocks_kernel,
                {"X8": "*u8", "Scale": "*fp32", "Y8": "*u8", "BScale": "*fp32", "S": "i32"},
                {**fp8, "D": 128, "BLOCK_S": 128, "TRANSPOSED": transposed}, 8)
-    # V's token-block copy in key order or in P's register order; a program a block, or a persistent grid (the pass
-    # under the forward kernel, attention_fwd_overlap)
-    for p_order, persistent in itertools.product((False, True), repeat=2):
-        yield (f"key sides, K and Vᵀ in one launch p_order={p_order} persistent={persistent}",
-               qz._fp8_key_sides_kernel,
+    for p_order in (False, True):  # V's token-block copy in key order or in P's register order
+        yield (f"key sides, K and Vᵀ in one launch p_order={p_order}", qz._fp8_key_sides_kernel,
                {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16",
-                "V8": "*u8", "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "BH0": "i32",
-                "BLOCKS": "i32"},
-               {**fp8, "D": 128, "BLOCK_S": 128, "P_ORDER": p_order, "PERSISTENT": persistent}, 8)
+                "V8": "*u8", "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32"},
+               {**fp8, "D": 128, "BLOCK_S": 128, "P_ORDER": p_order}, 8)
     # the backward's `pre` copies of K and V (attention_bwd_copies); K_REQ / V_REQ re-quantize K's token-block
     # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies

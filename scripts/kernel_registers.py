@@ -60,8 +60,7 @@ def _import_kernels():
 
 def _signature(fn, constexprs: dict, pointer_types: dict) -> dict:
     """Triton signature of a jit function: constexprs by name, pointers by name, scalars by kind."""
-    scalars = {"S": "i32", "G": "i32", "HKV": "i32", "BH0": "i32", "qk_scale": "fp32", "sm_scale": "fp32",
-               "P_GLOB": "fp32"}
+    scalars = {"S": "i32", "G": "i32", "HKV": "i32", "qk_scale": "fp32", "sm_scale": "fp32", "P_GLOB": "fp32"}
     sig = {}
     for name in inspect.signature(fn).parameters:
         if name in constexprs:
@@ -255,11 +254,11 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                   REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
-             + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32", "i32"])
+             + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
     if pipe == W.PIPE:  # the warp-specialized kernel: one program of 128 rows per SM, its own constants
         stages = cfg.get("gluon_stages") or W.STAGES
         pingpong = cfg.get("pingpong", W.PINGPONG)
-        ws_kinds = kinds[:6] + kinds[8:-1]  # no O / O8 pointers (it writes them by TMA only), no head offset
+        ws_kinds = kinds[:6] + kinds[8:]  # no O / O8 pointers: it writes them by TMA only
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, ws_kinds,
                              W.constexprs(safeguards, True, fuse_q, stages, pingpong, cfg.get("p_order", G.P_ORDER)),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})

@@ -495,34 +495,6 @@ def test_gpu_gluon_refill_under_qk_keeps_the_bits():
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(*outs, strict=True)), stages
 
 
-@pytest.mark.parametrize("chunks,programs", [(2, 8), (4, 32), (3, 1)])
-@pytest.mark.parametrize("kernel", ["gluon", "triton"])
-def test_gpu_overlap_keeps_the_bits(chunks, programs, kernel, monkeypatch):
-    """The launch option "overlap" (`attention_fwd_overlap`: the key-side pass of later groups of heads on a side
-    stream of high priority, under the forward kernel of earlier groups, those on two streams in turn): O without
-    gradients, and O, dQ, dK, dV of a training call, the one-launch path's bits, three calls in a row each (a missing
-    wait between streams would show as a call that differs). GQA, B > 1, groups of unequal size."""
-    from flamia_kernels import attention_fwd, attention_fwd_overlap
-
-    q, k, v, do = _inputs(2, 6, 3, 2048, 128, seed=47)
-    default = attention_fwd.launch_config
-    kernel_opts = {} if kernel == "gluon" else {"gluon": False, "fuse_q": True}
-    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), **kernel_opts})
-    fn = lambda *x: flamia_attention(*x, "fp8")  # noqa: E731
-    with torch.no_grad():
-        base_o = fn(q, k, v)
-    base = _grads(fn, q, k, v, do)
-    splits = _spy(monkeypatch, attention_fwd_overlap, "forward")
-    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {
-        **default(d, e), **kernel_opts, "overlap": chunks, "overlap_programs": programs})
-    for _ in range(3):
-        with torch.no_grad():
-            assert torch.equal(fn(q, k, v), base_o)
-        got = _grads(fn, q, k, v, do)
-        assert all(torch.equal(a, b) for a, b in zip(got, base, strict=True))
-    assert len(splits) == 6
-
-
 def test_gpu_gluon_forward_through_the_launch_option():
     """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
     chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one

@@ -684,67 +684,6 @@ def test_fused_q_launch_option_end_to_end(monkeypatch):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("chunks", [2, 3, 9])
-def test_overlap_launch_option_end_to_end(chunks, monkeypatch):
-    """flamia_attention under the launch option "overlap" (K's and V's pass for later groups of heads beside the
-    forward kernel of earlier ones, `attention_fwd_overlap`): the outputs and gradients of the one-launch path bit
-    for bit, GQA, groups of unequal size (3 of 4 slices) and more groups asked than slices (9: one a slice). A spy
-    checks that the pass ran once per group, later groups on a persistent grid, and the kernel once per group."""
-    from flamia_kernels import attention_fwd, quantize
-
-    q, k, v, do = _inputs(2, 4, 2, 256, 64, seed=35)
-    default = attention_fwd.launch_config
-    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {**default(d, emulated), "fuse_q": True})
-    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    fills, runs = [], []
-    fill, run = quantize.fill_key_sides, attention_fwd.forward
-    monkeypatch.setattr(quantize, "fill_key_sides", lambda *a, **kw: fills.append((kw["slices"], kw["programs"]))
-                        or fill(*a, **kw))
-    monkeypatch.setattr(attention_fwd, "forward", lambda *a, **kw: runs.append(kw.get("heads")) or run(*a, **kw))
-    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, emulated: {
-        **default(d, emulated), "fuse_q": True, "overlap": chunks, "overlap_programs": 3})
-    split = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    for a, b in zip(split, base, strict=True):
-        assert torch.equal(a, b)
-    groups = {2: [(0, 2), (2, 4)], 3: [(0, 1), (1, 2), (2, 4)], 9: [(0, 1), (1, 2), (2, 3), (3, 4)]}[chunks]
-    assert fills == [(groups[0], None)] + [(g, 3) for g in groups[1:]]
-    assert runs == [(a * 2, b * 2) for a, b in groups]  # query heads: two per K/V head
-
-
-def test_overlap_plan_follows_the_launch_options_and_the_forward(monkeypatch):
-    """Where the forward splits (`attention_fwd_overlap.plan`): only with the launch option "overlap" above 1, the
-    kernel quantizing Q itself, fp8 K and V of one shape, no document masking and more than one K/V slice; the
-    warp-specialized kernel never; bad option values refused, naming them."""
-    from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_overlap
-
-    q, k = torch.zeros(1, 4, 256, 64), torch.zeros(1, 2, 256, 64)
-    fp8 = AttentionSpec.parse("fp8")
-    default = attention_fwd.launch_config
-
-    def options(**extra):
-        monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), **extra})
-
-    assert attention_fwd_overlap.plan(q, k, k, fp8, False, True, 64) is None  # off by default (CHUNKS)
-    options(overlap=4, overlap_programs=16)
-    assert attention_fwd_overlap.plan(q, k, k, fp8, False, True, 64) == (2, 16)  # at most one group a slice
-    assert attention_fwd_overlap.plan(q, k, k, fp8, False, False, 64) is None  # Q from the pre-pass
-    assert attention_fwd_overlap.plan(q, k, k, fp8, True, True, 64) is None  # document masking: no copies
-    assert attention_fwd_overlap.plan(q, k, k[:, :, :128], fp8, False, True, 64) is None
-    assert attention_fwd_overlap.plan(q, k, k, AttentionSpec.parse("nvfp4-fp8"), False, True, 64) is None
-    assert attention_fwd_overlap.plan(q[:, :2], k[:, :1], k[:, :1], fp8, False, True, 64) is None  # one slice
-    options(overlap=1)
-    assert attention_fwd_overlap.plan(q, k, k, fp8, False, True, 64) is None
-    options(overlap=2, gluon=True, pipe=4)
-    assert attention_fwd_overlap.plan(q, k, k, fp8, False, True, 64) is None
-    for bad in ({"overlap": -1}, {"overlap": 2, "overlap_programs": 0}):
-        options(**bad)
-        with pytest.raises(ValueError, match="launch options overlap=.*allowed overlap >= 0"):
-            attention_fwd_overlap.plan(q, k, k, fp8, False, True, 64)
-    assert attention_fwd_overlap.slice_groups(5, 2) == [(0, 2), (2, 5)]
-    with pytest.raises(ValueError, match="overlap chunks=6: allowed 1 .. 5"):
-        attention_fwd_overlap.slice_groups(5, 6)
-
-
 @pytest.mark.parametrize("spec", ["fp8-bf16dq", "qk=fp8,pv=fp8,do=bf16,ds=bf16"])
 def test_forward_without_gradients_skips_the_saved_copies(spec, monkeypatch):
     """A forward nothing will differentiate (no_grad, or inputs without requires_grad) returns the same

@@ -431,38 +431,6 @@ def test_key_sides_in_one_launch_match_the_separate_passes(device, family):
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("p_order", [False, True])
-def test_key_sides_fill_ranges_of_slices_with_a_persistent_grid(device, p_order):
-    """`fill_key_sides` over ranges of slices, one a program a block and the others persistent grids of fewer
-    programs than blocks (2 and 3, so that programs take different numbers of blocks) and of more: every output
-    as the one launch writes it, bit for bit, each slice written by its own range only (the outputs start as
-    sentinel bits, and a range leaves the slices outside it untouched). Bad ranges and grids are refused."""
-    if device == "cpu" and not can_run_triton(torch.empty(0)):
-        pytest.skip("the Triton pass runs on the CPU under TRITON_INTERPRET=1 only")
-    k = make_input("outliers", (2, 3, 128, 64), "fp8_key_side", seed=71).to(device)
-    v = make_input("normal", (2, 3, 128, 64), "fp8_key_side", seed=73).to(device)
-    k[1, 0, 9, 3] = float("nan")
-    want = Q.quantize_fp8_key_sides(k, v, 64, p_order=p_order)
-    k_outs, v_outs = Q.key_sides_outputs(k, 64)
-    for t in (*k_outs, *v_outs):
-        bits(t).fill_(0x55)
-    Q.fill_key_sides(k, v, k_outs, v_outs, 64, slices=(0, 1), p_order=p_order)
-    untouched = bits(k_outs[0])[0, 1:].clone()
-    assert (untouched == 0x55).all()  # slices 1 .. 5 not yet written
-    Q.fill_key_sides(k, v, k_outs, v_outs, 64, slices=(1, 4), programs=2, p_order=p_order)
-    Q.fill_key_sides(k, v, k_outs, v_outs, 64, slices=(4, 5), programs=3, p_order=p_order)
-    Q.fill_key_sides(k, v, k_outs, v_outs, 64, slices=(5, 6), programs=64, p_order=p_order)
-    for got, exp in zip((k_outs, v_outs), want, strict=True):
-        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, exp, strict=True))
-    for slices in ((2, 2), (-1, 3), (4, 7)):
-        with pytest.raises(ValueError, match="must lie in \\[0, 6\\) and be non-empty"):
-            Q.fill_key_sides(k, v, k_outs, v_outs, 64, slices=slices)
-    with pytest.raises(ValueError, match="programs=0: allowed a positive count or None"):
-        Q.fill_key_sides(k, v, k_outs, v_outs, 64, programs=0)
-
-
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # interpreter: Inf/Inf
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_key_sides_write_v_copy_in_p_register_order(device):
     """p_order: the same pass writes V's token-block copy with each 32 keys in `formats.p_register_order` (the
     sm_90 forward's P operand order) and every other output as before, bit for bit; prepare_forward marks the

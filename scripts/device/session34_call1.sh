@@ -2,7 +2,8 @@
 # Session 34, call 1: session 33's owed call 2 (V's copy in P's register order, with the key-sides pass that permutes
 # the copy in registers) and the first run of the launch option "overlap" (attention_fwd_overlap: K's and V's pass of
 # later head groups on a side stream under the forward kernel of earlier ones).
-#   bash scripts/device/session34_call1.sh   (carry .gpu)
+#   bash scripts/device/session34_call1.sh   (carry .gpu; at a4d9a88: the overlap option was removed after this call,
+#   which measured it slower than the plain launch order, docs/benchmarks.md "Session 34")
 # 1. GPU tests, with attention_fwd_gluon.P_ORDER on: the pass's bytes in P order, every forward kernel on that copy,
 #    the fp8 prefix tests through flamia_attention; the overlap's bits (real streams) and the pass's ranges.
 # 2. launch_gaps at 8k: P order and key order (the pass should take ~196 µs, not call 1's 626).
