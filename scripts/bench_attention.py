@@ -162,7 +162,7 @@ def cuda_stamp(thunk):
 def named_launch(arg: str) -> tuple[str, dict]:
     """--launch [NAME=]FILE: (NAME or "launch", the file's launch options)."""
     name, sep, path = arg.partition("=")
-    if not sep:
+    if not sep or "/" in name:  # a path with "=" in it, no NAME
         name, path = "launch", arg
     if not name or "[" in name or "]" in name:
         raise argparse.ArgumentTypeError(f"--launch {arg}: NAME must be non-empty and without brackets")

@@ -267,7 +267,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,
                          {"num_warps": G.BM // 16, **G._registers(pipe)})
     label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
-             + ("" if fuse_q else ":qpass") + (":porder" if consts["P_ORDER"] else "")
+             + ("" if fuse_q else ":qpass")  # V's copy's order where it is not the default's, as the flags name it
+             + ("" if consts["P_ORDER"] == G.P_ORDER else ":porder" if consts["P_ORDER"] else ":keyorder")
              + (":refillqk" if consts["REFILL_UNDER_QK"] else ""))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 

@@ -118,6 +118,9 @@ def test_launch_files_take_names(tmp_path):
     path.write_text('{"fwd": {"p_order": true}}')
     assert named_launch(f"porder={path}") == ("porder", {"fwd": {"p_order": True}})
     assert named_launch(str(path)) == ("launch", {"fwd": {"p_order": True}})
+    odd = tmp_path / "a=b.json"  # a path with "=" in it is a path, not NAME=FILE
+    odd.write_text('{"fwd": {}}')
+    assert named_launch(str(odd)) == ("launch", {"fwd": {}})
     for bad in (f"={path}", f"a[b={path}"):
         with pytest.raises(argparse.ArgumentTypeError, match="NAME must be non-empty and without brackets"):
             named_launch(bad)
