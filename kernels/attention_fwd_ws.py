@@ -192,7 +192,7 @@ if HAS_GLUON:
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                    SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
-                  P_ORDER: gl.constexpr):
+                   P_ORDER: gl.constexpr):
         _consumer(0, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
                   SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)
@@ -202,7 +202,7 @@ if HAS_GLUON:
                    QRAW, QS, KS, KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off,
                    D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr, STAGES: gl.constexpr, SAFE: gl.constexpr,
                    SAVE_O8: gl.constexpr, TINY: gl.constexpr, FUSE_Q: gl.constexpr, PINGPONG: gl.constexpr,
-                  P_ORDER: gl.constexpr):
+                   P_ORDER: gl.constexpr):
         _consumer(1, q_desc, o_desc, o8_desc, q_smem, o_smem, k_smem, v_smem, ready, empty, turn, q_bar, QRAW, QS, KS,
                   KBS, VS, VBS, OS, LSE2, MOFF, qk_scale, S, bh, bhk, diag, n_off, D, BLOCK, BM, STAGES, SAFE,
                   SAVE_O8, TINY, FUSE_Q, PINGPONG, P_ORDER)

@@ -249,8 +249,9 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     ops[1].off = argparse.Namespace(vals=tensor(1, 1, seq, d))
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
+    p_order = cfg.get("p_order", G.P_ORDER)
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
-                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=cfg.get("p_order", G.P_ORDER),
+                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
                   REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
@@ -260,7 +261,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
         pingpong = cfg.get("pingpong", W.PINGPONG)
         ws_kinds = kinds[:6] + kinds[8:]  # no O / O8 pointers: it writes them by TMA only
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, ws_kinds,
-                             W.constexprs(safeguards, True, fuse_q, stages, pingpong, cfg.get("p_order", G.P_ORDER)),
+                             W.constexprs(safeguards, True, fuse_q, stages, pingpong, p_order),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
         label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
@@ -268,7 +269,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                          {"num_warps": G.BM // 16, **G._registers(pipe)})
     label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
              + ("" if fuse_q else ":qpass")  # V's copy's order where it is not the default's, as the flags name it
-             + ("" if consts["P_ORDER"] == G.P_ORDER else ":porder" if consts["P_ORDER"] else ":keyorder")
+             + ("" if p_order == G.P_ORDER else ":porder" if p_order else ":keyorder")
              + (":refillqk" if consts["REFILL_UNDER_QK"] else ""))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 

@@ -33,6 +33,11 @@ def _rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+def _bits(x):
+    """x as comparable bits: fp8 bytes as uint8 (torch.equal has no fp8 kernel), anything else as it is."""
+    return x.view(torch.uint8) if x.dtype == torch.float8_e4m3fn else x
+
+
 CASES = [  # spec, (B, Hq, Hkv, S, D), causal, safeguards
     ("fp8-bf16dq", (2, 4, 2, 256, 64), True, True),
     ("mxfp8", (2, 4, 2, 256, 64), True, True),
@@ -611,8 +616,7 @@ def test_forward_fused_q_quantization_matches_the_prepass(causal, bm):
     assert torch.equal(fused_q.vals.view(torch.uint8), ops.q.vals.view(torch.uint8))
     assert torch.equal(fused_q.scale, ops.q.scale)
     for a, b in zip(got, want, strict=True):
-        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
-                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+        assert torch.equal(_bits(a), _bits(b))
     with pytest.raises(ValueError, match="fused Q quantization needs an fp8 qk with per-token Q"):
         attention_fwd.forward(fused_q, ops.k, ops.v, spec, causal, False, 0.125, 128, True, config=cfg, q_raw=q)
 
@@ -636,8 +640,7 @@ def test_forward_reads_v_copy_in_p_register_order(causal, bm):
     assert ops_p.v.off.p_order
     got = attention_fwd.forward(ops_p.q, ops_p.k, ops_p.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
     for a, b in zip(got, want, strict=True):
-        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
-                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+        assert torch.equal(_bits(a), _bits(b))
     # and a copy in the wrong order is read wrongly: the test would see a kernel that ignored the flag
     ops_p.v.off.p_order = False
     wrong = attention_fwd.forward(ops_p.q, ops_p.k, ops_p.v, spec, causal, True, 128 ** -0.5, 128, True, config=cfg)
@@ -656,6 +659,8 @@ def test_orders_v_copy_where_the_gluon_kernel_reads_it(monkeypatch):
     monkeypatch.setattr(attention_fwd_gluon, "unsupported", lambda *a: None)  # as on an sm_90 GPU
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
     assert attention_fwd.orders_v_copy(q, fp8, True, True, False) is attention_fwd_gluon.P_ORDER
+    monkeypatch.setattr(attention_fwd_gluon, "P_ORDER", False)  # the default off: only the launch option turns it on
+    assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)
     monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True,
                                                                       "p_order": True})
     assert attention_fwd.orders_v_copy(q, fp8, True, True, False)

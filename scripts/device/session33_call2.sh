@@ -3,6 +3,8 @@
 # that permutes the copy in registers (4d77525; call 1's permuted store indices made the pass 3.2× slower: 626 against
 # 196 µs at 8k). attention_fwd_gluon.P_ORDER is off until this has passed; it turns it on for its own processes.
 #   bash scripts/device/session33_call2.sh   (carry .gpu)
+# Never ran: session 34's scripts/device/session34_call1.sh made these checks and timings (docs/benchmarks.md,
+# "Session 34"), after which P_ORDER went on by default.
 # 1. GPU tests: the pass's bytes in P order, every forward kernel on that copy, and with P_ORDER on, the fp8 prefix
 #    tests through flamia_attention.
 # 2. launch_gaps at 8k: P order and key order in turn, two rounds.
