@@ -88,19 +88,22 @@ class _FlamiaAttention(torch.autograd.Function):
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         # the forward kernel quantizes Q itself where that is the launch (fp8 qk, per-token Q only)
         fuse_q = attention_fwd.fuses_q(q, spec, causal, safeguards, doc_ids is not None)
+        has_doc = doc_ids is not None
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
-                              off_diagonal=doc_ids is None, mx_parts=attention_fwd.native_block_scaled(q),
-                              quantize_q=not fuse_q,
-                              v_p_order=attention_fwd.orders_v_copy(q, spec, causal, safeguards, doc_ids is not None))
+                              off_diagonal=not has_doc, mx_parts=attention_fwd.native_block_scaled(q),
+                              quantize_q=not fuse_q, v_p_order=attention_fwd.orders_v_copy(q, spec, causal, safeguards,
+                                                                                          has_doc),
+                              launch_dependents=attention_fwd.launches_dependent(q, spec, causal, safeguards, has_doc))
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
         # inference) skips it and saves nothing, as SDPA skips its logsumexp there
         save_o8 = needs_grad and spec.do != "bf16"
         doc = None if doc_ids is None else doc_tables(doc_ids)
+        # Q's bytes too are the backward's: a forward that fuses Q's quantization writes them only for it
         o, lse2, moff, o8, o_scale = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                                            sm_scale, SEQ_BLOCK, save_o8, doc=doc,
-                                                           q_raw=q if fuse_q else None)
+                                                           q_raw=q if fuse_q else None, save_q=needs_grad)
         if not needs_grad:
             return o
         o_saved = Operand(o8, o_scale) if save_o8 else quantize_output(o, spec.do, QZ)

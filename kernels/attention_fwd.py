@@ -200,7 +200,7 @@ if HAS_TRITON:
                     INTERP: tl.constexpr, HAS_DOC: tl.constexpr = False, K_OFF: tl.constexpr = False,
                     V_OFF: tl.constexpr = False, CHAIN: tl.constexpr = False, BPTR: tl.constexpr = False,
                     QK_MX: tl.constexpr = False, BM: tl.constexpr = 128, FUSE_Q: tl.constexpr = False,
-                    V_PORDER: tl.constexpr = False):
+                    V_PORDER: tl.constexpr = False, SAVE_Q: tl.constexpr = True):
         n_m = tl.num_programs(0)
         pid_m = n_m - 1 - tl.program_id(0)  # longest causal rows first: fewer idle SMs at the tail
         bh = tl.program_id(1).to(tl.int64)  # b * Hq + h
@@ -214,8 +214,9 @@ if HAS_TRITON:
         rows = q_off + offs_m[:, None] * D + offs_d[None, :]
         if FUSE_Q:  # Q arrives in bf16: quantize its rows here (the program owns them) and write the bytes
             q8, qs = fp8_row_bytes(tl.load(Q + rows).to(tl.float32), BM, D, TINY)  # and scales for the backward
-            tl.store(Q8 + rows, q8)
-            tl.store(QS + bh * S + offs_m, qs)
+            if SAVE_Q:  # (a forward nothing will differentiate skips them)
+                tl.store(Q8 + rows, q8)
+                tl.store(QS + bh * S + offs_m, qs)
             q = q8.to(tl.float8e4nv, bitcast=True)
             qs = qs * qk_scale
         else:
@@ -318,6 +319,14 @@ def orders_v_copy(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc
     return bool(wanted) and _gluon_runs(config, q, spec, causal, has_doc)
 
 
+def launches_dependent(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
+    """Whether the forward kernel is a programmatic dependent launch of the key-sides pass before it (launch option
+    "pdl", default `attention_fwd_gluon.PDL`; the sm_90 Gluon kernel only), so that the pass lets it start early
+    (`prepare_forward(launch_dependents=True)`)."""
+    config = launch_config(q.shape[-1], spec.emulated)
+    return bool(config.get("pdl", attention_fwd_gluon.PDL)) and _gluon_runs(config, q, spec, causal, has_doc)
+
+
 def launch_config(d: int, emulated: bool) -> dict:
     """num_warps / num_stages (and "bm"): on sm_90 the fp8 fast path (D = 128, no emulated operand)
     runs programs of 64 query rows with 4 warps and 3 stages, two per SM (255 registers, 32K per
@@ -341,7 +350,7 @@ def launch_config(d: int, emulated: bool) -> dict:
 
 
 def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, block: int, save_o8: bool,
-            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None):
+            config: dict | None = None, doc=None, q_raw: torch.Tensor | None = None, save_q: bool = True):
     """Run the forward kernel.
 
     q, k: Operands [B, Hq|Hkv, S, D]; v: Operand with `vals_t` [B, Hkv, D, S] (Vᵀ, K-major).
@@ -360,7 +369,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     q_raw (bf16 [B, Hq, S, D], with `fused_q_operand`'s empty q): the kernel quantizes Q per token
     itself, each program the rows it owns, and fills q.vals / q.scale with the bytes and scales of
     `quantize.quantize_fp8_per_token(q_raw)` for the backward; one read of Q instead of a pre-pass
-    read and write and a second read (fp8 `qk` with per-token Q, i.e. safeguards on, only).
+    read and write and a second read (fp8 `qk` with per-token Q, i.e. safeguards on, only). save_q False: those
+    bytes and scales are left unwritten (a forward nothing will differentiate needs neither).
     Returns (O bf16 [B, Hq, S, D], lse2 fp32 [B, Hq, S], M offset int8 [B, Hq, S],
     o8 fp8 or None, o_scale or None); see reference.pack_stats for the row statistics.
     """
@@ -385,6 +395,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
                              f"qk={spec.qk}, safeguards={safeguards}{', block-scaled QK' if qk_mx else ''}")
         if q_raw.shape != q.vals.shape:
             raise ValueError(f"q_raw {tuple(q_raw.shape)} must have q's shape {tuple(q.vals.shape)}")
+        q_copied = not q_raw.is_contiguous()  # the copy is a kernel between the key-sides pass and this one's
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
@@ -393,12 +404,18 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
     refill_under_qk = config.pop("refill_qk", None)
+    head_chunk, pdl = config.pop("head_chunk", None), config.pop("pdl", None)
+    save_q = save_q or bool(config.pop("keep_q", False))  # an A/B timing's way back to the bytes written always
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
                                             q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
+        # a dependent launch reads q_raw before it waits: not where q_raw is the copy just made (by the kernel it
+        # would overlap)
+        pdl = pdl if q_raw is None or not q_copied else False
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
-                                           q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk)
+                                           q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk,
+                                           head_chunk=head_chunk, pdl=pdl, save_q=save_q)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")
@@ -407,7 +424,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         *doc_ptrs, q_e, k_e, sm_scale * 1.4426950408889634, p_global_value(), seq, group, k.vals.shape[1],
         D=d, BLOCK=block, PV_FMT=fmt_code(spec.pv), CAUSAL=causal, SAFE=safeguards, SAVE_O8=save_o8,
         TINY=FP8_TINY, INTERP=INTERPRET, HAS_DOC=doc is not None, K_OFF=k.off is not None,
-        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None,
+        V_OFF=v.off is not None, QK_MX=qk_mx, BM=bm, FUSE_Q=q_raw is not None, SAVE_Q=save_q,
         V_PORDER=v.off is not None and v.off.p_order, **config,
     )
     if not save_o8:

@@ -68,12 +68,39 @@ P_ORDER = True
 # after P·V(t) retires: the TMA issue (three CTA barriers, ~40 instructions) then leaves the path from one P·V's end
 # to the next QKᵀ's issue; each tile's load starts that much later. The same bits (a launch option, "refill_qk")
 REFILL_UNDER_QK = False
+# programs launched longest rows first across groups of this many heads (0: head after head, each head's longest rows
+# first). Head after head, the last head's longest programs start near the end and run on alone: a list-scheduling
+# count of the 8k grid (8192 programs of 1-64 tiles on 396 slots) puts the makespan at 1.050x the ideal, 1.008x with
+# groups of 8, 1.004x with 16 (`launch_order`). Session 8 measured groups of 8 on an older kernel within its noise
+HEAD_CHUNK = 0
+# programmatic dependent launch: the kernel is launched while the key-sides pass before it runs its last programs
+# (`quantize.quantize_fp8_key_sides(launch_dependents=True)`), quantizes its Q rows into shared memory, then waits for
+# that pass's outputs (`griddepcontrol.wait`) before its first read or write of anything but Q
+PDL = False
 
 
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
     return CHAIN_STAGES if pipe == 3 else STAGES
+
+
+def launch_order(n_m: int, n_bh: int, head_chunk: int) -> list[tuple[int, int]]:
+    """(pid_m, bh) of each program in launch order (the kernel's `_program_tile`, written again in Python for the
+    tests): with head_chunk 0 head after head, each head's longest causal rows (the last row block) first; else the
+    heads in groups of head_chunk, within a group the longest rows of every head first, then the next longest."""
+    if head_chunk < 0:
+        raise ValueError(f"head_chunk={head_chunk}: allowed 0 (head after head) or a group size >= 1")
+    order = []
+    for p in range(n_m * n_bh):
+        if head_chunk == 0:
+            rank, bh = p % n_m, p // n_m
+        else:
+            chunk, r = divmod(p, head_chunk * n_m)
+            heads = min(n_bh - chunk * head_chunk, head_chunk)
+            rank, bh = r // heads, chunk * head_chunk + r % heads
+        order.append((n_m - 1 - rank, bh))
+    return order
 
 
 def unsupported(x: torch.Tensor, spec, causal: bool, has_doc: bool) -> str | None:
@@ -121,6 +148,31 @@ if HAS_GLUON:
         else:
             tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
             tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
+
+    @gluon.jit
+    def _program_tile(HEAD_CHUNK: gl.constexpr):
+        """(pid_m, bh): the query-row block and the head this program computes, `launch_order`'s mapping of its
+        launch index (blockIdx.x fastest, the order the block scheduler starts programs in)."""
+        n_m = gl.num_programs(0)
+        if HEAD_CHUNK == 0:
+            rank = gl.program_id(0)
+            bh = gl.program_id(1)
+        else:
+            span = HEAD_CHUNK * n_m
+            p = gl.program_id(1) * n_m + gl.program_id(0)
+            chunk = p // span
+            r = p - chunk * span
+            heads = gl.minimum(gl.num_programs(1) - chunk * HEAD_CHUNK, HEAD_CHUNK)  # the last group may be short
+            rank = r // heads
+            bh = chunk * HEAD_CHUNK + (r - rank * heads)
+        return n_m - 1 - rank, bh
+
+    @gluon.jit
+    def _wait_for_prior_grid():
+        """`griddepcontrol.wait`: until the kernel launched before this one (under programmatic dependent launch)
+        has finished and its writes are visible; returns at once in a kernel launched without it."""
+        gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False,
+                                  pack=1)
 
     @gluon.jit
     def _row_max(s):
@@ -255,12 +307,11 @@ if HAS_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _quantize_q_rows(QRAW, QS, q_desc, q_smem, bh, first, S, TINY: gl.constexpr, BM: gl.constexpr,
-                         D: gl.constexpr):
+    def _quantize_q_rows(QRAW, q_smem, bh, first, S, TINY: gl.constexpr, BM: gl.constexpr, D: gl.constexpr):
         """The program's BM rows of bf16 Q, quantized per token as the pre-pass does
         (`quantize.quantize_fp8_per_token`: the same bytes and scales on the GPU), into `q_smem` for the
-        QKᵀ products; the bytes also go to Q8 (TMA store from the same shared memory, waited for at the
-        end) and the scales to QS, for the backward. Returns the fp32 scales [BM] (SliceLayout(1, QL)).
+        QKᵀ products (`_save_q_rows` stores them for the backward). Returns the fp32 scales [BM]
+        (SliceLayout(1, QL)).
         QL gives a thread 32 consecutive elements of a row: 16-byte loads and shared-memory stores, a row
         shared by four threads (two shuffles per reduction); the products' layout loads 4-byte pairs and
         stores bytes in pairs (the sm_90 prologue grew by ~950 instructions there, by ~600 on QL's finite
@@ -272,19 +323,26 @@ if HAS_GLUON:
         base = QRAW + (bh.to(gl.int64) * S + first) * D
         x = gl.load(base + rows[:, None] * D + cols[None, :]).to(gl.float32)
         v, scale, finite = _fp8_row_quotients(x, TINY)
-        gl.store(QS + bh.to(gl.int64) * S + first + rows, scale)
         _store_e4m3(q_smem, v, finite)
         fence_async_shared()  # the generic-proxy stores, seen by the async proxy (wgmma, TMA)
         gl.thread_barrier()  # every warp's rows are in before the warpgroup's products read them
-        tma.async_copy_shared_to_global(q_desc, [bh * S + first, 0], q_smem)
         return scale
+
+    @gluon.jit
+    def _save_q_rows(QS, q_desc, q_smem, scale, bh, first, S):
+        """`_quantize_q_rows`' bytes to Q8 (a TMA store from q_smem, waited for at the program's end) and its scales
+        to QS, for the backward."""
+        rows = gl.arange(0, scale.shape[0], layout=scale.type.layout)
+        gl.store(QS + bh.to(gl.int64) * S + first + rows, scale)
+        tma.async_copy_shared_to_global(q_desc, [bh * S + first, 0], q_smem)
 
     @gluon.jit
     def _fwd_gluon_kernel(q_desc, kb_desc, vbt_desc, k_desc, vt_desc, o_desc, o8_desc, QRAW, QS, KS, KBS, VS, VBS, O,
                           O8, OS, LSE2, MOFF, qk_scale, S, G, D: gl.constexpr, BLOCK: gl.constexpr, BM: gl.constexpr,
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
-                          P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False):
+                          P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False,
+                          HEAD_CHUNK: gl.constexpr = 0, PDL: gl.constexpr = False, SAVE_Q: gl.constexpr = True):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -292,9 +350,7 @@ if HAS_GLUON:
         ROW: gl.constexpr = gl.SliceLayout(1, L)
         COL: gl.constexpr = gl.SliceLayout(0, L)
 
-        n_m = gl.num_programs(0)
-        pid_m = n_m - 1 - gl.program_id(0)  # longest causal rows first, as the Triton kernel
-        bh = gl.program_id(1)
+        pid_m, bh = _program_tile(HEAD_CHUNK)  # longest causal rows first, as the Triton kernel
         bhk = bh // G
         first = pid_m * BM
         diag = first // BLOCK * BLOCK
@@ -312,6 +368,10 @@ if HAS_GLUON:
             mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
 
+        if FUSE_Q and PDL:  # Q's rows into shared memory while the key-sides pass finishes (Q was written before it)
+            q_scale = _quantize_q_rows(QRAW, q_smem, bh, first, S, TINY, BM, D)
+        if PDL:  # nothing of the pass's (K's and V's bytes, their scales) is read, nor anything written, before this
+            _wait_for_prior_grid()
         if not FUSE_Q:
             mbarrier.expect(q_bar, q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [bh * S + first, 0], q_bar, q_smem)
@@ -322,8 +382,11 @@ if HAS_GLUON:
 
         offs_m = first + gl.arange(0, BM, layout=ROW)
         if FUSE_Q:  # the first K / Vᵀ tiles are in flight: quantize this program's Q rows meanwhile
-            qs = gl.convert_layout(_quantize_q_rows(QRAW, QS, q_desc, q_smem, bh, first, S, TINY, BM, D), ROW)
-            qs = qs * qk_scale
+            if not PDL:
+                q_scale = _quantize_q_rows(QRAW, q_smem, bh, first, S, TINY, BM, D)
+            if SAVE_Q:  # the backward's Q bytes; a forward nothing differentiates skips them
+                _save_q_rows(QS, q_desc, q_smem, q_scale, bh, first, S)
+            qs = gl.convert_layout(q_scale, ROW) * qk_scale
         else:
             qs = gl.load(QS + bh.to(gl.int64) * S + offs_m) * qk_scale
             mbarrier.wait(q_bar, 0)
@@ -446,7 +509,7 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(q_bar)
-        if FUSE_Q:
+        if FUSE_Q and SAVE_Q:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
 
         o = _finish_rows(acc, m_i, l_i, LSE2, MOFF, bh, S, offs_m)
@@ -512,15 +575,25 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
 # breaks the graph at this call instead of tracing it.
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
-            q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None):
+            q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None, head_chunk: int | None = None,
+            pdl: bool | None = None, save_q: bool = True):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
     q_raw: bf16 Q [B, Hq, S, D] (contiguous, checked by the caller) with q the empty operand of
     `attention_fwd.fused_q_operand`, which the kernel fills with the pre-pass's bytes and scales.
-    refill_under_qk: the chained variant's ring refill order (`REFILL_UNDER_QK` where None)."""
+    refill_under_qk: the chained variant's ring refill order (`REFILL_UNDER_QK` where None).
+    head_chunk: the programs' launch order (`launch_order`; `HEAD_CHUNK` where None). pdl: a programmatic dependent
+    launch (`PDL` where None). With q_raw the caller guarantees that q_raw was written before the kernel launched just
+    before this one (the key-sides pass) started: the kernel reads it before it waits.
+    save_q (with q_raw): q's bytes and scales written for the backward; False leaves them unwritten (a forward
+    nothing will differentiate)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
+    head_chunk = HEAD_CHUNK if head_chunk is None else head_chunk
+    if not isinstance(head_chunk, int) or head_chunk < 0:
+        raise ValueError(f"gluon forward head_chunk={head_chunk!r}: allowed 0 (head after head) or a group size >= 1")
+    pdl = PDL if pdl is None else bool(pdl)
     stages = default_stages(pipe) if stages is None else stages
     if stages not in (2, 3):
         raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
@@ -543,8 +616,9 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
              FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
-             REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk),
-        dict(num_warps=BM // 16, **_registers(pipe)),
+             REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
+             HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None),
+        dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if pdl else {})),
     )
     if not save_o8:
         return o, lse2, moff, None, None

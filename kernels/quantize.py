@@ -386,10 +386,16 @@ if HAS_TRITON:
     def _fp8_key_sides_kernel(
         K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr = False,
+        LAUNCH_DEPENDENTS: tl.constexpr = False,
     ):
         """K's pass (rows) and V's (Vᵀ) in one launch: even programs of axis 0 take K's block of slice
         axis0 // 2, odd ones V's, so the two run side by side and share one tail. P_ORDER: V's token-block copy
-        in `p_register_order`."""
+        in `p_register_order`. LAUNCH_DEPENDENTS: each program lets the kernel after it start
+        (`griddepcontrol.launch_dependents`, a no-op unless that kernel is a programmatic dependent launch: the
+        attention forward's, which waits for this pass's writes before it reads them)."""
+        if LAUNCH_DEPENDENTS:
+            tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
+                                      is_pure=False, pack=1)
         pid = tl.program_id(0)
         bh = (pid // 2).to(tl.int64)
         if pid % 2 == 0:
@@ -768,14 +774,16 @@ _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
 
 
 def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None,
-                           p_order: bool = False):
+                           p_order: bool = False, launch_dependents: bool = False):
     """`quantize_fp8_key_side(k, block)` and `quantize_fp8_key_side(v, block, transposed=True)` in one
     launch (the attention forward's K and Vᵀ): the same bytes and scales, returned as two tuples. K's
     and V's programs alternate, so the two passes share one tail instead of each ending on its own
     (H200, S = 8k, B×H = 64, D = 128: 0.152 ms, against K 0.081 + Vᵀ 0.086 ms as two launches,
     scripts/bench_prepass.py at a3dd5a5). launch: benchmark override {"num_warps"}.
     p_order: V's token-block copy with its keys in `formats.p_register_order` (the sm_90 forward's P·V operand
-    order; `block` a multiple of 32), the same bytes otherwise."""
+    order; `block` a multiple of 32), the same bytes otherwise. launch_dependents: the kernel launched next may
+    start while this one's last programs run, where it is a programmatic dependent launch (the sm_90 forward's
+    launch option pdl); no effect under the interpreter."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     if p_order and block % F.P_ORDER_CHUNK:
@@ -796,7 +804,8 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
          vbs, seq),
         # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a
         # run-time value each thread moved one element per instruction)
-        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order),
+        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order,
+             LAUNCH_DEPENDENTS=launch_dependents and not INTERPRET),
         # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
         # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
         dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),

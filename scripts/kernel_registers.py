@@ -252,7 +252,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     p_order = cfg.get("p_order", G.P_ORDER)
     consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
                   PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
-                  REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK))
+                  REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK),
+                  HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=True)
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
@@ -270,7 +271,9 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     label = (f"{G.BM // 16}x{stages}:gluon" + (":chain" if pipe == 3 else f":pipe{pipe}")
              + ("" if fuse_q else ":qpass")  # V's copy's order where it is not the default's, as the flags name it
              + ("" if p_order == G.P_ORDER else ":porder" if p_order else ":keyorder")
-             + (":refillqk" if consts["REFILL_UNDER_QK"] else ""))
+             + (":refillqk" if consts["REFILL_UNDER_QK"] else "")
+             + (f":chunk{consts['HEAD_CHUNK']}" if consts["HEAD_CHUNK"] != G.HEAD_CHUNK else "")
+             + ("" if consts["PDL"] == G.PDL else ":pdl" if consts["PDL"] else ":nopdl"))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 

@@ -13,6 +13,11 @@ imports them when it runs).
                kernel runs (p_order; `attention_fwd.orders_v_copy`; the default is `attention_fwd_gluon.P_ORDER`)
       :refillqk / :refillpv   forward, the Gluon kernel's chained loop: a ring stage refilled under the next QKᵀ or
                after its P·V (refill_qk; `attention_fwd_gluon.REFILL_UNDER_QK`)
+      :chunk0 / :chunk4 / :chunk8 / :chunk16   forward, the Gluon kernel: programs launched head after head, or
+               longest rows first across groups of 4 / 8 / 16 heads (head_chunk; `attention_fwd_gluon.HEAD_CHUNK`)
+      :pdl / :nopdl   forward, the Gluon kernel: launched as a programmatic dependent of the key-sides pass, or not
+               (pdl; `attention_fwd_gluon.PDL`)
+      :keepq   forward with the fused Q: its bytes written even where nothing will be differentiated (keep_q)
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
                other cases); :chain (its default) one accumulator through the P·V products, 168 registers,
@@ -45,6 +50,8 @@ from pathlib import Path
 _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64), "fuseq": ("fuse_q", True),
           "qpass": ("fuse_q", False), "keyorder": ("p_order", False), "porder": ("p_order", True),
           "refillqk": ("refill_qk", True), "refillpv": ("refill_qk", False),
+          "chunk0": ("head_chunk", 0), "chunk4": ("head_chunk", 4), "chunk8": ("head_chunk", 8),
+          "chunk16": ("head_chunk", 16), "pdl": ("pdl", True), "nopdl": ("pdl", False), "keepq": ("keep_q", True),
           "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),

@@ -495,6 +495,49 @@ def test_gpu_gluon_refill_under_qk_keeps_the_bits():
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(*outs, strict=True)), stages
 
 
+@pytest.mark.parametrize("head_chunk,pdl", [(3, False), (8, False), (0, True), (8, True)])
+def test_gpu_gluon_launch_order_and_pdl_keep_the_bits(head_chunk, pdl, monkeypatch):
+    """The Gluon forward's launch order (launch option head_chunk: heads in groups, each group's longest rows first;
+    3 leaves a last group of one head at B·H = 16) and its programmatic dependent launch (pdl: it starts while the
+    key-sides pass's last programs run, quantizes its Q rows, then waits for the pass) change when programs run, not
+    what they compute: a training call (whose backward reads the forward's saved Q bytes) gives O, dQ, dK, dV bit for
+    bit as the default launch, and so does a no_grad forward. The memory the variant's buffers come from is filled
+    with NaN first, so a row left unwritten, or a pass output read before the pass wrote it, cannot pass."""
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
+    from flamia_kernels import quantize as QZ
+
+    q, k, v, do = _inputs(2, 8, 2, 1920, 128, seed=61)
+    fwd = attention_fwd.launch_config
+    passes = []
+    key_sides = QZ.quantize_fp8_key_sides
+    monkeypatch.setattr(QZ, "quantize_fp8_key_sides",
+                        lambda *a, **kw: passes.append(kw.get("launch_dependents")) or key_sides(*a, **kw))
+
+    def variant(fn):
+        monkeypatch.setattr(attention_fwd, "launch_config",
+                            lambda d, e: {**fwd(d, e), "head_chunk": head_chunk, "pdl": pdl})
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        poison = torch.full((256 << 20,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        del poison
+        try:
+            return fn()
+        finally:
+            monkeypatch.setattr(attention_fwd, "launch_config", fwd)
+
+    calls = _spy(monkeypatch, attention_fwd_gluon, "forward")
+    train = lambda: _grads(lambda *x: flamia_attention(*x, "fp8"), q, k, v, do)  # noqa: E731
+    got = variant(train)
+    assert calls and passes[-1] is pdl, (calls, passes)
+    base = train()
+    assert all(torch.equal(a, b) for a, b in zip(got, base, strict=True))
+    with torch.no_grad():
+        got = variant(lambda: flamia_attention(q, k, v, "fp8"))
+        base = flamia_attention(q, k, v, "fp8")
+    assert torch.equal(got, base)
+    print(f"\nhead_chunk {head_chunk}, pdl {pdl}: training call and no_grad forward bit-identical to the default")
+
+
 def test_gpu_gluon_forward_through_the_launch_option():
     """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
     chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one

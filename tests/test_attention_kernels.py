@@ -676,6 +676,95 @@ def test_orders_v_copy_where_the_gluon_kernel_reads_it(monkeypatch):
     assert not attention_fwd.orders_v_copy(q, fp8, True, True, False)
 
 
+def test_fused_q_without_grad_writes_no_q_bytes():
+    """save_q=False (what flamia_attention passes where nothing will be differentiated): the fused forward computes
+    the same O and row statistics bit for bit and leaves Q's bytes and scales as they were (here a pattern no
+    quantizer writes), since only the backward reads them."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(1, 4, 2, 384, 64, seed=53)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, quantize_q=False)
+    cfg = {"num_warps": 4, "num_stages": 1, "bm": 64}
+    saved, skipped = attention_fwd.fused_q_operand(q), attention_fwd.fused_q_operand(q)
+    skipped.vals.view(torch.uint8).fill_(0x7F)  # E4M3's NaN: never a quantizer's byte for finite Q
+    skipped.scale.fill_(-1.0)
+    want = attention_fwd.forward(saved, ops.k, ops.v, spec, True, True, 0.125, 128, False, config=cfg, q_raw=q)
+    got = attention_fwd.forward(skipped, ops.k, ops.v, spec, True, True, 0.125, 128, False, config=cfg, q_raw=q,
+                                save_q=False)
+    for a, b in zip(got[:3], want[:3], strict=True):
+        assert torch.equal(a, b)
+    assert (skipped.vals.view(torch.uint8) == 0x7F).all() and (skipped.scale == -1.0).all()
+    assert not (saved.vals.view(torch.uint8) == 0x7F).any() and (saved.scale > 0).all()
+
+
+def test_flamia_attention_skips_q_bytes_only_without_grad(monkeypatch):
+    """flamia_attention tells the forward to write Q's bytes (save_q) exactly where a backward will read them."""
+    from flamia_kernels import attention_fwd
+
+    seen = []
+    original = attention_fwd.forward
+    monkeypatch.setattr(attention_fwd, "forward", lambda *a, **kw: seen.append(kw.get("save_q")) or original(*a, **kw))
+    q, k, v, _ = _inputs(1, 2, 2, 256, 64, seed=59)
+    with torch.no_grad():
+        flamia_attention(q, k, v, "fp8")
+    flamia_attention(q.detach(), k.detach(), v.detach(), "fp8")  # no input needs a gradient
+    flamia_attention(q.detach().requires_grad_(True), k.detach(), v.detach(), "fp8")
+    assert seen == [False, False, True]
+
+
+@pytest.mark.parametrize("n_m,n_bh", [(30, 16), (4, 5), (128, 64), (1, 3)])
+@pytest.mark.parametrize("head_chunk", [0, 1, 3, 8, 64])
+def test_gluon_launch_order_covers_every_program_once(n_m, n_bh, head_chunk):
+    """`attention_fwd_gluon.launch_order` (the Gluon forward's `_program_tile`, in Python): every (row block, head)
+    exactly once; head after head with the longest rows first for 0 (the order before the option); with groups,
+    a group's heads in turn, each head's rows longest first, and the groups in head order."""
+    from flamia_kernels.attention_fwd_gluon import launch_order
+
+    order = launch_order(n_m, n_bh, head_chunk)
+    assert sorted(order) == [(m, h) for m in range(n_m) for h in range(n_bh)]
+    if head_chunk == 0:
+        assert order == [(n_m - 1 - i, h) for h in range(n_bh) for i in range(n_m)]
+        return
+    for h in range(n_bh):  # each head's rows longest first, its group before the next group's
+        rows = [m for m, bh in order if bh == h]
+        assert rows == sorted(rows, reverse=True)
+    group = [bh // head_chunk for _, bh in order]
+    assert group == sorted(group)
+    first = order[:min(head_chunk, n_bh)]  # the first group's longest rows start first
+    assert first == [(n_m - 1, h) for h in range(min(head_chunk, n_bh))]
+
+
+def test_gluon_launch_order_refuses_a_negative_group():
+    from flamia_kernels.attention_fwd_gluon import launch_order
+
+    with pytest.raises(ValueError, match="head_chunk=-1"):
+        launch_order(4, 4, -1)
+
+
+def test_launches_dependent_only_where_the_gluon_kernel_runs(monkeypatch):
+    """`attention_fwd.launches_dependent` (the key-sides pass lets the forward start early): never on the CPU, and
+    on an sm_90 GPU as the launch option pdl says, `attention_fwd_gluon.PDL` by default."""
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
+
+    q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
+    fp8 = AttentionSpec.parse("fp8")
+    assert not attention_fwd.launches_dependent(q, fp8, True, True, False)
+    default = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd_gluon, "unsupported", lambda *a: None)  # as on an sm_90 GPU
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
+    assert attention_fwd.launches_dependent(q, fp8, True, True, False) is attention_fwd_gluon.PDL
+    for pdl in (True, False):
+        monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e, pdl=pdl: {**default(d, e), "gluon": True,
+                                                                                   "pdl": pdl})
+        assert attention_fwd.launches_dependent(q, fp8, True, True, False) is pdl
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": False, "pdl": True})
+    assert not attention_fwd.launches_dependent(q, fp8, True, True, False)  # the Triton kernel
+
+
 def test_fused_q_launch_option_end_to_end(monkeypatch):
     """flamia_attention under the fuse_q launch option: the same outputs and gradients bit for bit."""
     from flamia_kernels import attention_fwd

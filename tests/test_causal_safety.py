@@ -222,11 +222,13 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pipe", [3, 2])
+@pytest.mark.parametrize("pipe,extra", [(3, {}), (2, {}), (3, {"head_chunk": 3, "pdl": True})],
+                         ids=["chain", "pipe2", "chain-chunk3-pdl"])
 @pytest.mark.parametrize("spec", ["fp8-bf16dq", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
-def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
+def test_prefix_gpu_gluon_forward(spec, pipe, extra, monkeypatch):
     """test_prefix_gpu's Triton half with the forward on the sm_90 Gluon kernel (launch option
-    "gluon", the fp8 fast path's default; its chained and fresh-product variants; GPU only: Gluon has
+    "gluon", the fp8 fast path's default; its chained and fresh-product variants, and the chained one launched
+    in groups of 3 heads as a programmatic dependent of the key-sides pass; GPU only: Gluon has
     no interpreter), at D = 128, the only head dim it takes. A spy
     checks that the Gluon kernel ran."""
     from flamia_kernels import attention_fwd, attention_fwd_gluon
@@ -235,7 +237,7 @@ def test_prefix_gpu_gluon_forward(spec, pipe, monkeypatch):
 
     fwd, gluon_forward, calls = attention_fwd.launch_config, attention_fwd_gluon.forward, []
     monkeypatch.setattr(attention_fwd, "launch_config",
-                        lambda d, emulated: {**fwd(d, emulated), "gluon": True, "pipe": pipe})
+                        lambda d, emulated: {**fwd(d, emulated), "gluon": True, "pipe": pipe, **extra})
     monkeypatch.setattr(attention_fwd_gluon, "forward", lambda *a, **kw: calls.append(1) or gluon_forward(*a, **kw))
     _gpu_prefix_checks(spec, 25, 26)
     assert calls, "the Gluon forward never ran"

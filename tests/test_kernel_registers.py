@@ -38,6 +38,8 @@ def test_reports_the_dq_kernel_on_sm90():
 def test_parse_config_forward_option():
     assert parse_config("8x3:bptr") == {"num_warps": 8, "num_stages": 3, "BPTR": True}
     assert parse_config("8x2x32:half") == {"num_warps": 8, "num_stages": 2, "sub": 32, "bn": 64}
+    assert parse_config("4x2:gluon:chunk8:pdl") == {"num_warps": 4, "num_stages": 2, "gluon": True, "head_chunk": 8,
+                                                    "pdl": True}
 
 
 def test_blackwell_block_scaled_qk_compiles_for_sm100():
@@ -58,12 +60,14 @@ def test_gluon_forward_compiles_for_sm90():
     fresh-product variant with QKᵀ(t + 1) in flight keeps every tile in registers; both FP8 wgmma."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs",
-                          "4x3:gluon:pipe2", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          "4x3:gluon:pipe2", "4x2:gluon:chain:chunk8:pdl", "--mma"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ")]
-    assert len(rows) == 2 and "4x2:gluon:chain (default)" in rows[0] and "4x3:gluon:pipe2" in rows[1], out.stdout
-    chain, pipe2 = ([int(x) for x in row.split()[-3:]] for row in rows)
+    assert len(rows) == 3 and "4x2:gluon:chain (default)" in rows[0] and "4x3:gluon:pipe2" in rows[1], out.stdout
+    chain, pipe2, ordered = ([int(x) for x in row.split()[-3:]] for row in rows)
     assert chain[0] <= 168 and chain[1] <= 512, rows[0]
+    assert ":chunk8:pdl" in rows[2] and ordered[0] <= 168 and ordered[1] <= 512, rows[2]  # launch order and PDL
     assert 0 < pipe2[0] <= 255 and pipe2[1:] == [0, 0], rows[1]
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
     assert "serialized" not in out.stdout, out.stdout  # C7511 / C7514 / C7515 would undo the products in flight
