@@ -62,6 +62,7 @@ if HAS_GLUON:
         _off_softmax,
         _p_operand,
         _quantize_q_rows,
+        _save_q_rows,
         _store_o_by_tma,
     )
 
@@ -117,8 +118,9 @@ if HAS_GLUON:
         kvb_off = bhk.to(gl.int64) * (S // BLOCK)
         offs_m = first + gl.arange(0, BM, layout=ROW)
         if FUSE_Q:  # the producer's first tiles are in flight meanwhile
-            qs = gl.convert_layout(_quantize_q_rows(QRAW, QS, q_desc, q_s, bh, first, S, TINY, BM, D), ROW)
-            qs = qs * qk_scale
+            q_scale = _quantize_q_rows(QRAW, q_s, bh, first, S, TINY, BM, D)
+            _save_q_rows(QS, q_desc, q_s, q_scale, bh, first, S)  # always: this kernel has no save_q
+            qs = gl.convert_layout(q_scale, ROW) * qk_scale
         else:
             bar = q_bar.index(C)
             mbarrier.expect(bar, q_desc.block_type.nbytes)
