@@ -71,12 +71,15 @@ REFILL_UNDER_QK = False
 # programs launched longest rows first across groups of this many heads (0: head after head, each head's longest rows
 # first). Head after head, the last head's longest programs start near the end and run on alone: a list-scheduling
 # count of the 8k grid (8192 programs of 1-64 tiles on 396 slots) puts the makespan at 1.050x the ideal, 1.008x with
-# groups of 8, 1.004x with 16 (`launch_order`). Session 8 measured groups of 8 on an older kernel within its noise
-HEAD_CHUNK = 0
+# groups of 8, 1.004x with 16 (`launch_order`). On an H100 (session 35, 0d2d216) groups of 4-32 heads took the
+# forward 1.5-2.5% below head after head at 8k-32k; all 64 heads of the 8k grid at once took it 40% above (their K
+# and V tiles no longer stay in L2), 32 showed the first sign of it (+3% in one profile), so 8
+HEAD_CHUNK = 8
 # programmatic dependent launch: the kernel is launched while the key-sides pass before it runs its last programs
 # (`quantize.quantize_fp8_key_sides(launch_dependents=True)`), quantizes its Q rows into shared memory, then waits for
-# that pass's outputs (`griddepcontrol.wait`) before its first read or write of anything but Q
-PDL = False
+# that pass's outputs (`griddepcontrol.wait`) before its first read or write of anything but Q. On an H100 (session
+# 35) the kernel starts ~7 µs before the pass ends: 8k forward 1.602 -> 1.587 ms with groups of 8 heads
+PDL = True
 
 
 def default_stages(pipe: int) -> int:
