@@ -405,6 +405,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)
     refill_under_qk = config.pop("refill_qk", None)
     head_chunk, pdl = config.pop("head_chunk", None), config.pop("pdl", None)
+    half_diag = config.pop("half_diag", None)
     save_q = save_q or bool(config.pop("keep_q", False))  # an A/B timing's way back to the bytes written always
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
@@ -415,7 +416,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         pdl = pdl if q_raw is None or not q_copied else False
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
                                            q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk,
-                                           head_chunk=head_chunk, pdl=pdl, save_q=save_q)
+                                           head_chunk=head_chunk, pdl=pdl, save_q=save_q, half_diag=half_diag)
     bm = config.pop("bm", block)
     if bm not in (block, block // 2):
         raise ValueError(f"forward config bm={bm}: allowed {block} (the tile) or {block // 2} query rows per program")

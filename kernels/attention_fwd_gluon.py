@@ -80,6 +80,10 @@ HEAD_CHUNK = 8
 # that pass's outputs (`griddepcontrol.wait`) before its first read or write of anything but Q. On an H100 (session
 # 35) the kernel starts ~7 µs before the pass ends: 8k forward 1.602 -> 1.587 ms with groups of 8 heads
 PDL = True
+# the chained variant's diagonal tile over the first half of its keys only where the program's rows start their key
+# block (no row of theirs sees the second half): half of each product and of the softmax on half the programs'
+# diagonal tiles, ~0.9% of the tile work at 8k (a launch option, "half_diag"; safeguards on only)
+HALF_DIAG = False
 
 
 def default_stages(pipe: int) -> int:
@@ -242,6 +246,51 @@ if HAS_GLUON:
         return x, r, m_new, l_i, alpha
 
     @gluon.jit
+    def _diag_tile(acc, m_i, l_i, s, v_tile, zero, qs, KS, VS, bhk, S, diag, offs_m, P_L: gl.constexpr,
+                   BLOCK: gl.constexpr, SAFE: gl.constexpr):
+        """The diagonal tile from its raw scores s (Q8·K8ᵀ of the tile's BLOCK keys): per-token K and V, the causal
+        mask, V's scale folded into P (r_i); returns (acc, m, l) with the tile's P·V added."""
+        cols = diag + gl.arange(0, BLOCK, layout=gl.SliceLayout(0, s.type.layout))
+        ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
+        vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
+        s = s * (qs[:, None] * ks[None, :])
+        x, r, m_i, l_i, alpha = _diag_softmax(s, offs_m[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, False)
+        x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
+        pv = warpgroup_mma(x8, v_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
+        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        return acc * alpha[:, None] + pv * r[:, None], m_i, l_i
+
+    @gluon.jit
+    def _half_diag_tile(acc, m_i, l_i, q_smem, k_tile, v_tile, qs, KS, VS, bhk, S, diag, offs_m, BM: gl.constexpr,
+                        BLOCK: gl.constexpr, NW: gl.constexpr, SAFE: gl.constexpr):
+        """`_diag_tile` for a program whose rows are the first half of their key block: no row sees the block's
+        second half, so both products run over its first BLOCK // 2 keys (QKᵀ of N = 64, P·V of K = 64)."""
+        HALF: gl.constexpr = BLOCK // 2
+        LH: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                     instr_shape=[16, HALF, 32])
+        L: gl.constexpr = acc.type.layout
+        PH_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=L, k_width=4)
+        ROWH: gl.constexpr = gl.SliceLayout(1, LH)
+        s = warpgroup_mma(q_smem, k_tile.slice(0, HALF).permute((1, 0)), gl.zeros([BM, HALF], gl.float32, LH),
+                          use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        cols = diag + gl.arange(0, HALF, layout=gl.SliceLayout(0, LH))
+        ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
+        vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
+        s = s * (gl.convert_layout(qs, ROWH)[:, None] * ks[None, :])
+        rows = gl.convert_layout(offs_m, ROWH)
+        x, r, m_h, l_h, alpha = _diag_softmax(s, rows[:, None] >= cols[None, :], vs, gl.convert_layout(m_i, ROWH),
+                                              gl.convert_layout(l_i, ROWH), SAFE, False)
+        x8 = gl.convert_layout(x.to(gl.float8e4nv), PH_L)
+        pv = warpgroup_mma(x8, v_tile.slice(0, HALF, dim=1).permute((1, 0)), gl.zeros_like(acc), use_acc=False,
+                           is_async=True)
+        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        ROW: gl.constexpr = gl.SliceLayout(1, L)
+        alpha = gl.convert_layout(alpha, ROW)
+        r = gl.convert_layout(r, ROW)
+        return acc * alpha[:, None] + pv * r[:, None], gl.convert_layout(m_h, ROW), gl.convert_layout(l_h, ROW)
+
+    @gluon.jit
     def _fp8_row_quotients(x, TINY: gl.constexpr):
         """Per-row fp8 of an fp32 tile as `quantize._fp8_row_codes` on the GPU, up to the E4M3 conversion:
         (quotients x / scale, scale, finite). amax is an integer max over the fp32 bit patterns (keeps NaN),
@@ -345,7 +394,8 @@ if HAS_GLUON:
                           STAGES: gl.constexpr, SAFE: gl.constexpr, SAVE_O8: gl.constexpr, TINY: gl.constexpr,
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
                           P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False,
-                          HEAD_CHUNK: gl.constexpr = 0, PDL: gl.constexpr = False, SAVE_Q: gl.constexpr = True):
+                          HEAD_CHUNK: gl.constexpr = 0, PDL: gl.constexpr = False, SAVE_Q: gl.constexpr = True,
+                          HALF_DIAG: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -430,8 +480,9 @@ if HAS_GLUON:
                                 v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
-            s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            if not HALF_DIAG:
+                s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -499,15 +550,18 @@ if HAS_GLUON:
         acc = acc * cv  # true units for the per-token diagonal product
 
         # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i)
-        cols = diag + gl.arange(0, BLOCK, layout=COL)
-        ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
-        vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
-        s = s * (qs[:, None] * ks[None, :])
-        x, r, m_i, l_i, alpha = _diag_softmax(s, offs_m[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, False)
-        x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
-        pv = warpgroup_mma(x8, v_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
-        acc = acc * alpha[:, None] + pv * r[:, None]
+        if HALF_DIAG:  # (the chained variant) rows that start their key block see only its first half
+            if SAFE and first % BLOCK == 0:
+                acc, m_i, l_i = _half_diag_tile(acc, m_i, l_i, q_smem, k_smem.index(stage), v_smem.index(stage), qs,
+                                                KS, VS, bhk, S, diag, offs_m, BM, BLOCK, NW, SAFE)
+            else:
+                s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+                acc, m_i, l_i = _diag_tile(acc, m_i, l_i, s, v_smem.index(stage), zero, qs, KS, VS, bhk, S, diag,
+                                           offs_m, P_L, BLOCK, SAFE)
+        else:
+            acc, m_i, l_i = _diag_tile(acc, m_i, l_i, s, v_smem.index(stage), zero, qs, KS, VS, bhk, S, diag, offs_m,
+                                       P_L, BLOCK, SAFE)
 
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -579,7 +633,7 @@ def out_descriptors(o: torch.Tensor, o8: torch.Tensor | None, q_vals: torch.Tens
 @torch.compiler.disable
 def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int = PIPE, stages: int | None = None,
             q_raw: torch.Tensor | None = None, refill_under_qk: bool | None = None, head_chunk: int | None = None,
-            pdl: bool | None = None, save_q: bool = True):
+            pdl: bool | None = None, save_q: bool = True, half_diag: bool | None = None):
     """`attention_fwd.forward` for the cases `eligible` accepts; the same outputs. pipe: what the
     softmax of tile t overlaps within the program: 2 QKᵀ(t + 1), 1 P·V(t - 1), 0 nothing (both products
     waited for before it); stages: K / Vᵀ tiles in the shared-memory ring (2 or 3: two programs per SM).
@@ -590,7 +644,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     launch (`PDL` where None). With q_raw the caller guarantees that q_raw was written before the kernel launched just
     before this one (the key-sides pass) started: the kernel reads it before it waits.
     save_q (with q_raw): q's bytes and scales written for the backward; False leaves them unwritten (a forward
-    nothing will differentiate)."""
+    nothing will differentiate). half_diag: `HALF_DIAG` where None (the chained variant only)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
     head_chunk = HEAD_CHUNK if head_chunk is None else head_chunk
@@ -620,7 +674,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
              FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
              REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
-             HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None),
+             HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None,
+             HALF_DIAG=(HALF_DIAG if half_diag is None else bool(half_diag)) and pipe == 3),
         dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if pdl else {})),
     )
     if not save_o8:

@@ -539,6 +539,39 @@ def test_gpu_gluon_launch_order_and_pdl_keep_the_bits(head_chunk, pdl, monkeypat
     print(f"\nhead_chunk {head_chunk}, pdl {pdl}: training call and no_grad forward bit-identical to the default")
 
 
+def test_gpu_gluon_half_diagonal_tile():
+    """Launch option half_diag: programs whose rows start their key block run the diagonal tile over its first 64 keys
+    (the others are masked for every row of theirs). The same values up to the order of additions (the row sum over 64
+    columns instead of 128 with 64 zeros, the FP8 product without its zero k-steps): O, the row statistics and O's fp8
+    copy within 1e-3 of the full tile's (printed: whether bit for bit), at S = 15 tiles, GQA, B > 1, the fused Q and
+    the pre-pass's Q; the leaky variant keeps the full tile (its V scale is the whole tile's)."""
+    from flamia_kernels import AttentionSpec, attention_fwd
+    from flamia_kernels import quantize as QZ
+    from flamia_kernels.attention_operands import prepare_forward
+
+    spec = AttentionSpec.parse("fp8")
+    q, k, v, _ = _inputs(2, 8, 2, 1920, 128, seed=67)
+    for safeguards in (True, False):
+        for fused in (True, False):
+            if fused and not safeguards:
+                continue
+            ops = prepare_forward(q, k, v, spec, safeguards, QZ, 128, v_transposed=True, quantize_q=not fused,
+                                  v_p_order=safeguards)
+            outs = []
+            for half in (False, True):
+                cfg = {**attention_fwd.launch_config(128, False), "half_diag": half}
+                q_op = attention_fwd.fused_q_operand(q) if fused else ops.q
+                outs.append(attention_fwd.forward(q_op, ops.k, ops.v, spec, True, safeguards, 128 ** -0.5, 128, True,
+                                                  config=cfg, q_raw=q if fused else None))
+            same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(*outs, strict=True)]
+            rel = [_rel(a.float(), b.float()) for a, b in zip(outs[1][:2], outs[0][:2], strict=True)]
+            print(f"\nhalf_diag safeguards={safeguards} fused_q={fused}: bit-identical (O, lse2, M offset, O8, "
+                  f"O scale) {same}, rel-L2 O {rel[0]:.2e} lse2 {rel[1]:.2e}")
+            assert max(rel) <= 1e-3, rel
+            if not safeguards:
+                assert all(same), same
+
+
 def test_gpu_gluon_forward_through_the_launch_option():
     """config {"gluon": True} (the fast path's default) routes an eligible forward to the Gluon kernel's
     chained variant, bit-identical to the Triton kernel's CHAIN launch, and an ineligible one
