@@ -17,8 +17,9 @@ imports them when it runs).
                longest rows first across groups of 4 / 8 / 16 heads (head_chunk; `attention_fwd_gluon.HEAD_CHUNK`)
       :pdl / :nopdl   forward, the Gluon kernel: launched as a programmatic dependent of the key-sides pass, or not
                (pdl; `attention_fwd_gluon.PDL`)
-      :halfdiag   forward, the Gluon kernel's chained variant: the diagonal tile over the first half of its keys
-               where the program's rows start their key block (half_diag; `attention_fwd_gluon.HALF_DIAG`)
+      :halfdiag / :fulldiag   forward, the Gluon kernel's chained variant: the diagonal tile over the first half of
+               its keys where the program's rows start their key block, or always whole (half_diag;
+               `attention_fwd_gluon.HALF_DIAG`)
       :keepq   forward with the fused Q: its bytes written even where nothing will be differentiated (keep_q)
       :gluon   forward: the sm_90 Gluon kernel where it applies (attention_fwd_gluon; 4 warps, its ring's
                stages follow the variant, WARPSxSTAGES then only sets the Triton kernel's launch for the
@@ -54,7 +55,7 @@ _FLAGS = {"fresh": ("CHAIN", False), "bptr": ("BPTR", True), "bm64": ("bm", 64),
           "refillqk": ("refill_qk", True), "refillpv": ("refill_qk", False),
           "chunk0": ("head_chunk", 0), "chunk4": ("head_chunk", 4), "chunk8": ("head_chunk", 8),
           "chunk16": ("head_chunk", 16), "pdl": ("pdl", True), "nopdl": ("pdl", False), "keepq": ("keep_q", True),
-          "halfdiag": ("half_diag", True),
+          "halfdiag": ("half_diag", True), "fulldiag": ("half_diag", False),
           "gluon": ("gluon", True), "pipe0": ("pipe", 0), "pipe1": ("pipe", 1),
           "pipe2": ("pipe", 2), "chain": ("pipe", 3), "ws": ("pipe", 4),
           "pp": ("pingpong", True), "nopp": ("pingpong", False), "ws2": ("gluon_stages", 2), "ws4": ("gluon_stages", 4),

@@ -223,8 +223,8 @@ def test_prefix_gpu_launch_options(option, spec, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pipe,extra", [(3, {}), (2, {}), (3, {"head_chunk": 3, "pdl": True}),
-                                        (3, {"half_diag": True})], ids=["chain", "pipe2", "chain-chunk3-pdl",
-                                                                        "chain-halfdiag"])
+                                        (3, {"half_diag": False})], ids=["chain", "pipe2", "chain-chunk3-pdl",
+                                                                         "chain-fulldiag"])
 @pytest.mark.parametrize("spec", ["fp8-bf16dq", "qk=fp8,pv=fp8,do=fp8,ds=fp8"])
 def test_prefix_gpu_gluon_forward(spec, pipe, extra, monkeypatch):
     """test_prefix_gpu's Triton half with the forward on the sm_90 Gluon kernel (launch option

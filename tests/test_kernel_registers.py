@@ -60,14 +60,14 @@ def test_gluon_forward_compiles_for_sm90():
     fresh-product variant with QKᵀ(t + 1) in flight keeps every tile in registers; both FP8 wgmma."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs",
-                          "4x3:gluon:pipe2", "4x2:gluon:chain:chunk0:nopdl", "--mma"], cwd=ROOT, env=env,
+                          "4x3:gluon:pipe2", "4x2:gluon:chain:chunk0:nopdl:fulldiag", "--mma"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ")]
     assert len(rows) == 3 and "4x2:gluon:chain (default)" in rows[0] and "4x3:gluon:pipe2" in rows[1], out.stdout
     chain, pipe2, ordered = ([int(x) for x in row.split()[-3:]] for row in rows)
     assert chain[0] <= 168 and chain[1] <= 512, rows[0]
-    assert ":chunk0:nopdl" in rows[2] and ordered[0] <= 168 and ordered[1] <= 512, rows[2]  # the launch before
+    assert ":chunk0:nopdl:fulldiag" in rows[2] and ordered[0] <= 168 and ordered[1] <= 512, rows[2]  # the launch before
     assert 0 < pipe2[0] <= 255 and pipe2[1:] == [0, 0], rows[1]
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in out.stdout, out.stdout
     assert "serialized" not in out.stdout, out.stdout  # C7511 / C7514 / C7515 would undo the products in flight

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 35, call 4: the chained forward's diagonal tile over half its keys where a program's rows start their key
-# block (launch option half_diag), first on a GPU: its values against the full tile's, the prefix tests through it,
+# block (launch option half_diag; on by default after this call), first on a GPU: its values against the full tile's, the prefix tests through it,
 # then kernel times and the forward at 8k / 16k against the defaults.
 #   bash scripts/device/session35_call4.sh   (carry .gpu)
 set -uo pipefail
