@@ -25,7 +25,8 @@ def test_configs_parse_every_part():
 
 
 def test_configs_name_an_unknown_part():
-    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, keyorder, porder, refillqk, refillpv, gluon, pipe0, pipe1, "
+    allowed = ("allowed fresh, bptr, bm64, fuseq, qpass, keyorder, porder, refillqk, refillpv, chunk0, chunk4, "
+               "chunk8, chunk16, pdl, nopdl, keepq, halfdiag, fulldiag, gluon, pipe0, pipe1, "
                "pipe2, chain, ws, pp, nopp, ws2, ws4, "
                "wsdkdv, gluondq, gluondq32, fp8dk, fp8dq, dsfp8, dqserial, dqside, dqhigh, half, pre, late, atomic")
     with pytest.raises(argparse.ArgumentTypeError, match=f"'8x2:fast'.*'fast'.*{allowed}"):
@@ -36,6 +37,14 @@ def test_configs_forward_v_copy_order_and_ring_refill():
     assert _configs("4x2:gluon:keyorder:refillqk")[0] == {"num_warps": 4, "num_stages": 2, "gluon": True,
                                                           "p_order": False, "refill_qk": True}
     assert _configs("4x2:porder:refillpv")[0] == {"num_warps": 4, "num_stages": 2, "p_order": True, "refill_qk": False}
+
+
+def test_configs_forward_launch_order_dependent_launch_and_diagonal():
+    assert _configs("4x2:gluon:chunk16:nopdl:fulldiag:keepq")[0] == {
+        "num_warps": 4, "num_stages": 2, "gluon": True, "head_chunk": 16, "pdl": False, "half_diag": False,
+        "keep_q": True}
+    assert _configs("4x2:chunk0:pdl:halfdiag")[0] == {"num_warps": 4, "num_stages": 2, "head_chunk": 0, "pdl": True,
+                                                      "half_diag": True}
 
 
 def test_configs_warp_specialized_forward():
