@@ -22,7 +22,10 @@ QKᵀ. Everything else runs the Triton kernel. With `q_raw` (the fast path's def
 each program quantizes its own 64 Q rows per token while the first K / Vᵀ tiles are in flight, puts
 the bytes in shared memory for its QKᵀ products and stores them with their scales for the backward:
 Q is read once in bf16 instead of read by a pre-pass, written in fp8 and read again. At the end each program
-writes O (and O's fp8 copy) through shared memory by one TMA store each (`TMA_OUT`). Gluon has no
+writes O (and O's fp8 copy) through shared memory by one TMA store each (`TMA_OUT`). The programs start
+longest rows first across groups of `HEAD_CHUNK` heads, as a programmatic dependent launch of the key-sides pass
+(`PDL`: Q quantized before `griddepcontrol.wait`), and a program whose rows start their key block runs the diagonal
+tile over its first half only (`HALF_DIAG`); none of the three changes a bit. Gluon has no
 interpreter, so on the CPU this module is compiled for sm_90 only (tests/test_kernel_registers.py);
 the GPU tests compare it with the Triton kernel.
 """
