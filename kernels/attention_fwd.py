@@ -389,13 +389,14 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         raise ValueError("the block-scaled QKᵀ (Operand.mx) has no interpreter path: tl.dot_scaled runs on GPUs only")
     q_in, k_in, q_e, k_e = (q.mx[0], k.mx[0], q.mx[1], k.mx[1]) if qk_mx else (q.vals, k.vals, moff, moff)
     q8_out = o  # unread without FUSE_Q
+    # a non-contiguous q_raw is copied below: a kernel between the key-sides pass and this one
+    q_copied = q_raw is not None and not q_raw.is_contiguous()
     if q_raw is not None:
         if spec.qk != "fp8" or qk_mx or not safeguards:
             raise ValueError(f"fused Q quantization needs an fp8 qk with per-token Q (safeguards on); got "
                              f"qk={spec.qk}, safeguards={safeguards}{', block-scaled QK' if qk_mx else ''}")
         if q_raw.shape != q.vals.shape:
             raise ValueError(f"q_raw {tuple(q_raw.shape)} must have q's shape {tuple(q.vals.shape)}")
-        q_copied = not q_raw.is_contiguous()  # the copy is a kernel between the key-sides pass and this one's
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
@@ -411,9 +412,8 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3
             return attention_fwd_ws.forward(q, k, v, safeguards, sm_scale, save_o8, stages=gluon_stages,
                                             q_raw=q_in if q_raw is not None else None, pingpong=pingpong)
-        # a dependent launch reads q_raw before it waits: not where q_raw is the copy just made (by the kernel it
-        # would overlap)
-        pdl = pdl if q_raw is None or not q_copied else False
+        if q_copied:  # a dependent launch reads q_raw before it waits, and would overlap the kernel that copied it
+            pdl = False
         return attention_fwd_gluon.forward(q, k, v, safeguards, sm_scale, save_o8, pipe=pipe, stages=gluon_stages,
                                            q_raw=q_in if q_raw is not None else None, refill_under_qk=refill_under_qk,
                                            head_chunk=head_chunk, pdl=pdl, save_q=save_q, half_diag=half_diag)
