@@ -36,6 +36,8 @@ Vᵀ is read K-major ([D, S] in memory) as Hopper's FP8 wgmma needs. The epilogu
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from . import attention_fwd_gluon, attention_fwd_ws
@@ -288,43 +290,56 @@ def native_block_scaled(x: torch.Tensor) -> bool:
     return x.is_cuda and not INTERPRET and device_capability(x.device.index) >= (10, 0)
 
 
-def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
-    """Whether the forward quantizes Q itself (`forward`'s q_raw) instead of the pre-pass: the launch
-    option "fuse_q" where it is set, else where the sm_90 Gluon kernel runs (fp8 `qk` and `pv`, D = 128,
-    causal, no document masking): each program quantizes its Q rows while its first K / Vᵀ tiles load.
-    Only with per-token Q (safeguards on) and an fp8 `qk`."""
-    if spec.qk != "fp8" or not safeguards:
-        return False
+@dataclass(frozen=True)
+class ForwardPlan:
+    """What a forward call decides before its pre-pass, from one read of the launch config (`plan`).
+
+    fuse_q: the forward kernel quantizes Q itself (`forward`'s q_raw) instead of the pre-pass: the launch option
+    "fuse_q" where it is set, else where the sm_90 Gluon kernel runs (fp8 `qk` and `pv`, D = 128, causal, no
+    document masking): each program quantizes its Q rows while its first K / Vᵀ tiles load. Only with per-token Q
+    (safeguards on) and an fp8 `qk`.
+    v_p_order: V's token-block copy is written in `formats.p_register_order` (`prepare_forward(v_p_order=True)`):
+    where the Gluon kernel reads it (`attention_fwd_gluon.P_ORDER`, or the launch option p_order) with fp8 `pv` and
+    safeguards on; its P then reaches its P·V product without a layout exchange. Only the forward reads that copy;
+    every kernel takes either order (the Triton kernel permutes P to match).
+    launch_dependents: the forward kernel is a programmatic dependent launch of the key-sides pass before it (launch
+    option "pdl", default `attention_fwd_gluon.PDL`; the Gluon kernel only), so that the pass lets it start early
+    (`prepare_forward(launch_dependents=True)`).
+    key_launch: the key-sides pass's launch (`quantize.quantize_fp8_key_sides`' per_sm and stages) from the launch
+    options "key_per_sm" and "key_stages"; None: the pass's defaults."""
+
+    fuse_q: bool
+    v_p_order: bool
+    launch_dependents: bool
+    key_launch: dict | None = None
+
+
+def plan(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> ForwardPlan:
+    """The forward's `ForwardPlan` for these inputs (q: bf16 Q, for its device and head dim)."""
     config = launch_config(q.shape[-1], spec.emulated)
-    if "fuse_q" in config:
-        return bool(config["fuse_q"])
-    return _gluon_runs(config, q, spec, causal, has_doc)
+    gluon = bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
+    per_token_q = spec.qk == "fp8" and safeguards
+    fuse_q = per_token_q and bool(config.get("fuse_q", gluon))
+    v_p_order = safeguards and spec.pv == "fp8" and gluon and bool(config.get("p_order", attention_fwd_gluon.P_ORDER))
+    key_launch = {name: config[key] for key, name in (("key_per_sm", "per_sm"), ("key_stages", "stages"))
+                  if key in config}
+    return ForwardPlan(fuse_q, v_p_order, gluon and bool(config.get("pdl", attention_fwd_gluon.PDL)),
+                       key_launch or None)
 
 
-def _gluon_runs(config: dict, q: torch.Tensor, spec, causal: bool, has_doc: bool) -> bool:
-    """Whether `forward` under launch `config` runs the sm_90 Gluon kernel for these inputs, as far as it can tell
-    before the pre-pass (`attention_fwd_gluon.unsupported`: no operand needed)."""
-    return bool(config.get("gluon")) and attention_fwd_gluon.unsupported(q, spec, causal, has_doc) is None
+def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
+    """`plan(...).fuse_q`."""
+    return plan(q, spec, causal, safeguards, has_doc).fuse_q
 
 
 def orders_v_copy(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
-    """Whether V's token-block copy is written in `formats.p_register_order` (`prepare_forward(v_p_order=True)`):
-    where the sm_90 Gluon kernel reads it (`attention_fwd_gluon.P_ORDER` on, the launch's "gluon" set), whose P
-    then reaches its P·V product without a layout exchange. Only the forward reads that copy; every kernel
-    takes either order (the Triton kernel permutes P to match)."""
-    if not (safeguards and spec.pv == "fp8"):
-        return False
-    config = launch_config(q.shape[-1], spec.emulated)
-    wanted = config.get("p_order", attention_fwd_gluon.P_ORDER)  # a launch option for A/B timings
-    return bool(wanted) and _gluon_runs(config, q, spec, causal, has_doc)
+    """`plan(...).v_p_order`."""
+    return plan(q, spec, causal, safeguards, has_doc).v_p_order
 
 
 def launches_dependent(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
-    """Whether the forward kernel is a programmatic dependent launch of the key-sides pass before it (launch option
-    "pdl", default `attention_fwd_gluon.PDL`; the sm_90 Gluon kernel only), so that the pass lets it start early
-    (`prepare_forward(launch_dependents=True)`)."""
-    config = launch_config(q.shape[-1], spec.emulated)
-    return bool(config.get("pdl", attention_fwd_gluon.PDL)) and _gluon_runs(config, q, spec, causal, has_doc)
+    """`plan(...).launch_dependents`."""
+    return plan(q, spec, causal, safeguards, has_doc).launch_dependents
 
 
 def launch_config(d: int, emulated: bool) -> dict:
@@ -407,6 +422,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     refill_under_qk = config.pop("refill_qk", None)
     head_chunk, pdl = config.pop("head_chunk", None), config.pop("pdl", None)
     half_diag = config.pop("half_diag", None)
+    config.pop("key_per_sm", None), config.pop("key_stages", None)  # the pre-pass's (`plan`), run before this
     save_q = save_q or bool(config.pop("keep_q", False))  # an A/B timing's way back to the bytes written always
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3

@@ -46,7 +46,10 @@ VARIANTS = {
     # the key side's default is 16 warps since session 6 (8 before: 0.263 / 0.283 ms at 8k)
     "k key side": [None, {"num_warps": 8}, {"num_warps": 32}],
     "v key side (Vᵀ)": [None, {"num_warps": 8}, {"num_warps": 32}],
-    "k and v key sides, one launch": [None, {"num_warps": 4}, {"num_warps": 16}],
+    # per_sm: a grid of that many programs an SM walking the blocks, "stages" of them prefetched (session 36)
+    "k and v key sides, one launch": [None, {"num_warps": 4}, {"num_warps": 16}, {"per_sm": 1, "stages": 2},
+                                      {"per_sm": 1, "stages": 3}, {"per_sm": 1, "stages": 2, "num_warps": 16},
+                                      {"per_sm": 1, "stages": 3, "num_warps": 16}, {"per_sm": 2, "stages": 2}],
 }
 
 
@@ -68,7 +71,8 @@ def main() -> None:
         "k key side": (lambda launch: QZ.quantize_fp8_key_side(x, args.block, launch=launch), 2 * n + 2 * n),
         "v key side (Vᵀ)": (lambda launch: QZ.quantize_fp8_key_side(x, args.block, True, launch=launch), 2 * n + 2 * n),
         "k and v key sides, one launch": (
-            lambda launch: [t for part in QZ.quantize_fp8_key_sides(x, x, args.block, launch=launch) for t in part],
+            lambda launch: [t for part in QZ.quantize_fp8_key_sides(x, x, args.block, launch=launch, p_order=True)
+                            for t in part],  # V's copy in P's order, as the sm_90 forward reads it
             2 * (2 * n + 2 * n)),
     }
     print(f"pre-pass parts, B×H = {args.batch}×{args.heads}, S = {args.seq}, D = {args.dim}, "

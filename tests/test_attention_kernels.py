@@ -765,6 +765,34 @@ def test_launches_dependent_only_where_the_gluon_kernel_runs(monkeypatch):
     assert not attention_fwd.launches_dependent(q, fp8, True, True, False)  # the Triton kernel
 
 
+def test_key_pass_launch_options_reach_the_pass_and_keep_the_bits(monkeypatch):
+    """The launch options key_per_sm / key_stages (`attention_fwd.plan`'s key_launch) reach the key-sides pass as its
+    per_sm / stages, and a training call under them gives the same O, dQ, dK, dV bit for bit; without them the pass
+    gets no override. The forward's other choices come from the same plan."""
+    from flamia_kernels import attention_fwd
+    from flamia_kernels import quantize as QZ
+
+    q, k, v, do = _inputs(1, 4, 2, 256, 64, seed=43)
+    fp8 = AttentionSpec.parse("fp8")
+    assert attention_fwd.plan(q, fp8, True, True, False) == attention_fwd.ForwardPlan(
+        attention_fwd.fuses_q(q, fp8, True, True, False), False, False, None)
+    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    launches, original = [], QZ.quantize_fp8_key_sides
+    monkeypatch.setattr(QZ, "quantize_fp8_key_sides",
+                        lambda *a, **kw: launches.append(kw.get("launch")) or original(*a, **kw))
+    default = attention_fwd.launch_config
+    monkeypatch.setattr(attention_fwd, "launch_config",
+                        lambda d, emulated: {**default(d, emulated), "key_per_sm": 3, "key_stages": 1})
+    assert attention_fwd.plan(q, fp8, True, True, False).key_launch == {"per_sm": 3, "stages": 1}
+    walked = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    assert launches == [{"per_sm": 3, "stages": 1}]
+    for a, b in zip(walked, base, strict=True):
+        assert torch.equal(a, b)
+    monkeypatch.setattr(attention_fwd, "launch_config", default)
+    _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
+    assert launches[-1] is None
+
+
 def test_fused_q_launch_option_end_to_end(monkeypatch):
     """flamia_attention under the fuse_q launch option: the same outputs and gradients bit for bit."""
     from flamia_kernels import attention_fwd
