@@ -93,12 +93,6 @@ def device_capability(index: int | None) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
-@cache
-def sm_count(index: int | None) -> int:
-    """The device's streaming multiprocessors, once per device (a persistent grid's size; asked per call)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def gluon_unavailable(x: torch.Tensor) -> str | None:
     """None when the sm_90 Gluon kernels can process `x`, else why not (callers then run the Triton
     kernels)."""

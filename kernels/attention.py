@@ -88,13 +88,13 @@ class _FlamiaAttention(torch.autograd.Function):
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
         has_doc = doc_ids is not None
         # what the launch decides before the pre-pass, read once: whether the forward kernel quantizes Q itself
-        # (fp8 qk, per-token Q only), V's copy's order, the dependent launch, the key-sides pass's grid
+        # (fp8 qk, per-token Q only), V's copy's order, the dependent launch
         plan = attention_fwd.plan(q, spec, causal, safeguards, has_doc)
         fuse_q = plan.fuse_q
         ops = prepare_forward(q, k, v, spec, safeguards, QZ, SEQ_BLOCK, v_transposed=True,
                               off_diagonal=not has_doc, mx_parts=attention_fwd.native_block_scaled(q),
                               quantize_q=not fuse_q, v_p_order=plan.v_p_order,
-                              launch_dependents=plan.launch_dependents, key_launch=plan.key_launch)
+                              launch_dependents=plan.launch_dependents)
         if fuse_q:
             ops.q = attention_fwd.fused_q_operand(q)
         # O's fp8 copy only feeds the backward's delta: a forward nothing will differentiate (no_grad,
@@ -207,8 +207,7 @@ def attention_lse(q, k, v, spec="fp8", causal: bool = True, safeguards: bool = T
     plan = attention_fwd.plan(q, spec, causal, safeguards, doc_ids is not None)
     ops = prepare_forward(q.contiguous(), k.contiguous(), v.contiguous(), spec, safeguards, QZ, SEQ_BLOCK,
                           v_transposed=True, off_diagonal=doc_ids is None,
-                          mx_parts=attention_fwd.native_block_scaled(q), v_p_order=plan.v_p_order,
-                          key_launch=plan.key_launch)
+                          mx_parts=attention_fwd.native_block_scaled(q), v_p_order=plan.v_p_order)
     o, lse2, _, _, _ = attention_fwd.forward(ops.q, ops.k, ops.v, spec, causal, safeguards,
                                           1.0 / math.sqrt(q.shape[-1]), SEQ_BLOCK, False,
                                           doc=None if doc_ids is None else doc_tables(doc_ids))

@@ -304,14 +304,11 @@ class ForwardPlan:
     every kernel takes either order (the Triton kernel permutes P to match).
     launch_dependents: the forward kernel is a programmatic dependent launch of the key-sides pass before it (launch
     option "pdl", default `attention_fwd_gluon.PDL`; the Gluon kernel only), so that the pass lets it start early
-    (`prepare_forward(launch_dependents=True)`).
-    key_launch: the key-sides pass's launch (`quantize.quantize_fp8_key_sides`' per_sm and stages) from the launch
-    options "key_per_sm" and "key_stages"; None: the pass's defaults."""
+    (`prepare_forward(launch_dependents=True)`)."""
 
     fuse_q: bool
     v_p_order: bool
     launch_dependents: bool
-    key_launch: dict | None = None
 
 
 def plan(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> ForwardPlan:
@@ -321,10 +318,7 @@ def plan(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -
     per_token_q = spec.qk == "fp8" and safeguards
     fuse_q = per_token_q and bool(config.get("fuse_q", gluon))
     v_p_order = safeguards and spec.pv == "fp8" and gluon and bool(config.get("p_order", attention_fwd_gluon.P_ORDER))
-    key_launch = {name: config[key] for key, name in (("key_per_sm", "per_sm"), ("key_stages", "stages"))
-                  if key in config}
-    return ForwardPlan(fuse_q, v_p_order, gluon and bool(config.get("pdl", attention_fwd_gluon.PDL)),
-                       key_launch or None)
+    return ForwardPlan(fuse_q, v_p_order, gluon and bool(config.get("pdl", attention_fwd_gluon.PDL)))
 
 
 def fuses_q(q: torch.Tensor, spec, causal: bool, safeguards: bool, has_doc: bool) -> bool:
@@ -422,7 +416,6 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
     refill_under_qk = config.pop("refill_qk", None)
     head_chunk, pdl = config.pop("head_chunk", None), config.pop("pdl", None)
     half_diag = config.pop("half_diag", None)
-    config.pop("key_per_sm", None), config.pop("key_stages", None)  # the pre-pass's (`plan`), run before this
     save_q = save_q or bool(config.pop("keep_q", False))  # an A/B timing's way back to the bytes written always
     if gluon and attention_fwd_gluon.eligible(q, k, v, spec, causal, doc, q_raw, qk_mx) is None:
         if pipe == attention_fwd_ws.PIPE:  # the warp-specialized kernel, the same bits as pipe 3

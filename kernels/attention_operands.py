@@ -228,7 +228,7 @@ def _key_side(x, fmt: str, impl, leak: int | None, block: int, transposed: bool,
 
 def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transposed: bool = False,
                     off_diagonal: bool = True, mx_parts: bool = False, quantize_q: bool = True,
-                    v_p_order: bool = False, launch_dependents: bool = False, key_launch: dict | None = None):
+                    v_p_order: bool = False, launch_dependents: bool = False):
     """Quantize Q, K (spec.qk) and V (spec.pv), V also as Vᵀ if asked (the kernels' layout);
     fp8 K and V also get their off-diagonal token-block copies unless `off_diagonal` is False
     (document masking: a tile's shared scale would carry one document's values into another's
@@ -238,9 +238,7 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     v_p_order: V's token-block copy (fp8, transposed, safeguards on) with its keys in `formats.p_register_order`
     (`OffDiagonal.p_order`), which the forward kernels read with P in the same order; elsewhere ignored.
     launch_dependents: K's and V's one-launch pass lets the next kernel start early where that kernel is a
-    programmatic dependent launch (`quantize.quantize_fp8_key_sides`; the sm_90 forward's launch option pdl).
-    key_launch: that one-launch pass's launch override (`quantize.quantize_fp8_key_sides`' launch; the bytes do not
-    depend on it)."""
+    programmatic dependent launch (`quantize.quantize_fp8_key_sides`; the sm_90 forward's launch option pdl)."""
     leak = None if safeguards else block
     v_p_order = v_p_order and off_diagonal and v_transposed and leak is None and spec.pv == "fp8"
     if mx_parts and spec.qk == "mxfp8":
@@ -252,7 +250,7 @@ def prepare_forward(q, k, v, spec, safeguards: bool, impl, block: int, v_transpo
     q_op = quantize_operand(q, spec.qk, impl, leak) if quantize_q else None
     if (off_diagonal and v_transposed and leak is None and spec.qk == spec.pv == "fp8" and impl is not F
             and k.shape == v.shape):  # K's and Vᵀ's passes in one launch
-        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block, launch=key_launch, p_order=v_p_order,
+        k_parts, v_parts = impl.quantize_fp8_key_sides(k, v, block, p_order=v_p_order,
                                                        launch_dependents=launch_dependents)
         return ForwardOperands(q_op, _key_side_operand(*k_parts, block, False),
                                _key_side_operand(*v_parts, block, True, v_p_order))

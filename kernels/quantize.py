@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from . import formats as F
-from ._triton_env import HAS_TRITON, INTERPRET, can_run_triton, sm_count
+from ._triton_env import HAS_TRITON, INTERPRET, can_run_triton
 from .buffers import carve
 from .relaunch import Relaunch
 
@@ -406,32 +406,6 @@ if HAS_TRITON:
                               True, P_ORDER)
 
     @triton.jit
-    def _fp8_key_sides_persistent_kernel(
-        K, K8, KScale, KB8, KBScale, V, V8, VScale, VB8, VBScale, S, TILES, D: tl.constexpr,
-        TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, P_ORDER: tl.constexpr = False,
-        LAUNCH_DEPENDENTS: tl.constexpr = False, STAGES: tl.constexpr = 2,
-    ):
-        """`_fp8_key_sides_kernel`'s tiles walked by a fixed grid: even programs take K's TILES token blocks (all
-        slices' blocks in a row) with a stride of half the grid, odd ones V's, the same bytes and scales. Why: one
-        program a tile loads its tile, then computes, then stores, and V's program holds 238 registers at 8 warps
-        (sm_90), so an SM runs one at a time and its DRAM reads stop while it computes. In a loop of STAGES
-        stages Triton's pipeliner loads the next tiles into shared memory (cp.async) while this one computes."""
-        if LAUNCH_DEPENDENTS:  # as `_fp8_key_sides_kernel`: the forward waits for this grid's end to read
-            tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
-                                      is_pure=False, pack=1)
-        pid = tl.program_id(0)
-        stride = tl.num_programs(0) // 2
-        blocks = S // BLOCK_S
-        if pid % 2 == 0:
-            for t in tl.range(pid // 2, TILES, stride, num_stages=STAGES):
-                _key_side_program(K, K8, KScale, KB8, KBScale, S, D, (t // blocks).to(tl.int64), t % blocks, TINY,
-                                  BLOCK_S, BLOCK_D, False)
-        else:
-            for t in tl.range(pid // 2, TILES, stride, num_stages=STAGES):
-                _key_side_program(V, V8, VScale, VB8, VBScale, S, D, (t // blocks).to(tl.int64), t % blocks, TINY,
-                                  BLOCK_S, BLOCK_D, True, P_ORDER)
-
-    @triton.jit
     def _fp8_tokens_delta_kernel(
         X, X8, X8T, Scale, O8, OScale, Delta, L1, S, D: tl.constexpr,
         TINY: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, WRITE_T: tl.constexpr = False,
@@ -797,11 +771,6 @@ def _key_sides_outputs(k: torch.Tensor, block: int):
 
 # the attention forward's first launch: `relaunch.Relaunch` (Triton's launch path once per plan)
 _KEY_SIDES_LAUNCH = Relaunch(_fp8_key_sides_kernel) if HAS_TRITON else None
-_KEY_SIDES_PERSISTENT_LAUNCH = Relaunch(_fp8_key_sides_persistent_kernel) if HAS_TRITON else None
-# the key-sides pass as a persistent grid (`_fp8_key_sides_persistent_kernel`): programs per SM, 0 for one program a
-# token block (launch option "per_sm"; its ring "stages"); measured in `scripts/bench_prepass.py`
-KEY_SIDES_PER_SM = 0
-KEY_SIDES_STAGES = 2
 
 
 def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch: dict | None = None,
@@ -814,20 +783,11 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     p_order: V's token-block copy with its keys in `formats.p_register_order` (the sm_90 forward's P·V operand
     order; `block` a multiple of 32), the same bytes otherwise. launch_dependents: the kernel launched next may
     start while this one's last programs run, where it is a programmatic dependent launch (the sm_90 forward's
-    launch option pdl); no effect under the interpreter. launch also takes "per_sm" (`KEY_SIDES_PER_SM` where
-    absent): that many programs an SM walking all the token blocks (`_fp8_key_sides_persistent_kernel`), 0 for one
-    program a block; and "stages" (`KEY_SIDES_STAGES`), the walking programs' ring of prefetched blocks."""
+    launch option pdl); no effect under the interpreter."""
     if k.shape != v.shape:
         raise ValueError(f"quantize_fp8_key_sides: k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     if p_order and block % F.P_ORDER_CHUNK:
         raise ValueError(f"quantize_fp8_key_sides: p_order needs block ({block}) a multiple of {F.P_ORDER_CHUNK}")
-    launch = dict(launch or {})
-    per_sm, stages = launch.pop("per_sm", KEY_SIDES_PER_SM), launch.pop("stages", KEY_SIDES_STAGES)
-    if not (isinstance(per_sm, int) and 0 <= per_sm <= 8):
-        raise ValueError(f"quantize_fp8_key_sides launch per_sm={per_sm!r}: allowed 0 (a program a token block) "
-                         f"to 8 programs an SM")
-    if not (isinstance(stages, int) and 1 <= stages <= 4):
-        raise ValueError(f"quantize_fp8_key_sides launch stages={stages!r}: allowed 1 to 4")
     launch = _check_launch(launch, ("num_warps",))
     seq, dim = k.shape[-2], k.shape[-1]
     if not (can_run_triton(k) and _is_pow2(block)) or seq % block or k.dim() < 2 or not k.numel():
@@ -838,21 +798,18 @@ def quantize_fp8_key_sides(k: torch.Tensor, v: torch.Tensor, block: int, launch:
     k, v = k.contiguous(), v.contiguous()
     bh = k.numel() // (seq * dim)
     (k8, ks, kb8, kbs), (v8, vs, vb8, vbs) = k_outs, v_outs = _key_sides_outputs(k, block)
-    args = (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs,
-            vb8.view(torch.uint8), vbs, seq)
-    # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a run-time
-    # value each thread moved one element per instruction)
-    constexprs = dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order,
-                      LAUNCH_DEPENDENTS=launch_dependents and not INTERPRET)
-    # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it took 0.224 ms
-    # against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
-    options = dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8))
-    tiles = bh * (seq // block)
-    if per_sm:  # K's programs and V's alternate, so each side gets half the grid
-        side = min(tiles, max(1, per_sm * (2 if INTERPRET else sm_count(k.device.index)) // 2))
-        _KEY_SIDES_PERSISTENT_LAUNCH((2 * side,), (*args, tiles), dict(constexprs, STAGES=stages), options)
-    else:
-        _KEY_SIDES_LAUNCH((2 * bh, seq // block), args, constexprs, options)
+    _KEY_SIDES_LAUNCH(
+        (2 * bh, seq // block),
+        (k, k8.view(torch.uint8), ks, kb8.view(torch.uint8), kbs, v, v8.view(torch.uint8), vs, vb8.view(torch.uint8),
+         vbs, seq),
+        # D a constexpr: with D = BLOCK_D the tile's masks fold away, so loads and stores are vectors (with D a
+        # run-time value each thread moved one element per instruction)
+        dict(D=dim, TINY=F.FP8_TINY, BLOCK_S=block, BLOCK_D=triton.next_power_of_2(dim), P_ORDER=p_order,
+             LAUNCH_DEPENDENTS=launch_dependents and not INTERPRET),
+        # 8 warps, where each pass alone runs 16: the launch holds both programs' code, and at 16 warps it
+        # took 0.224 ms against 0.152 at 8 (H200, S = 8k, B×H = 64, D = 128; K 0.081 + Vᵀ 0.086 apart)
+        dict(num_warps=launch.get("num_warps") or (4 if INTERPRET else 8)),
+    )
     return k_outs, v_outs
 
 

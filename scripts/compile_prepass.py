@@ -45,11 +45,6 @@ def variants(qz):
                {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16",
                 "V8": "*u8", "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32"},
                {**fp8, "D": 128, "BLOCK_S": 128, "P_ORDER": p_order}, 8)
-    for stages in (1, 2, 3):  # the same pass as a grid of programs walking the token blocks (launch per_sm)
-        yield (f"key sides, walking the blocks, stages={stages}", qz._fp8_key_sides_persistent_kernel,
-               {"K": "*bf16", "K8": "*u8", "KScale": "*fp32", "KB8": "*u8", "KBScale": "*fp32", "V": "*bf16",
-                "V8": "*u8", "VScale": "*fp32", "VB8": "*u8", "VBScale": "*fp32", "S": "i32", "TILES": "i32"},
-               {**fp8, "D": 128, "BLOCK_S": 128, "P_ORDER": True, "LAUNCH_DEPENDENTS": True, "STAGES": stages}, 8)
     # the backward's `pre` copies of K and V (attention_bwd_copies); K_REQ / V_REQ re-quantize K's token-block
     # bytes / V's token-block rows
     from flamia_kernels import attention_bwd_copies as copies

@@ -765,32 +765,32 @@ def test_launches_dependent_only_where_the_gluon_kernel_runs(monkeypatch):
     assert not attention_fwd.launches_dependent(q, fp8, True, True, False)  # the Triton kernel
 
 
-def test_key_pass_launch_options_reach_the_pass_and_keep_the_bits(monkeypatch):
-    """The launch options key_per_sm / key_stages (`attention_fwd.plan`'s key_launch) reach the key-sides pass as its
-    per_sm / stages, and a training call under them gives the same O, dQ, dK, dV bit for bit; without them the pass
-    gets no override. The forward's other choices come from the same plan."""
-    from flamia_kernels import attention_fwd
-    from flamia_kernels import quantize as QZ
+def test_forward_plan_reads_the_launch_config_once(monkeypatch):
+    """`attention_fwd.plan`: one read of the launch config decides the three choices made before the pre-pass, and
+    each agrees with its own function (`fuses_q`, `orders_v_copy`, `launches_dependent`), on the CPU and as on an
+    sm_90 GPU."""
+    from flamia_kernels import attention_fwd, attention_fwd_gluon
 
-    q, k, v, do = _inputs(1, 4, 2, 256, 64, seed=43)
+    q = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
+    default, reads = attention_fwd.launch_config, []
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: reads.append(d) or default(d, e))
+    for spec in ("fp8", "qk=fp8,pv=bf16,do=bf16,ds=bf16", "bf16"):
+        spec = AttentionSpec.parse(spec)
+        for safeguards in (True, False):
+            reads.clear()
+            plan = attention_fwd.plan(q, spec, True, safeguards, False)
+            assert len(reads) == 1
+            assert plan == attention_fwd.ForwardPlan(attention_fwd.fuses_q(q, spec, True, safeguards, False),
+                                                     attention_fwd.orders_v_copy(q, spec, True, safeguards, False),
+                                                     attention_fwd.launches_dependent(q, spec, True, safeguards, False))
     fp8 = AttentionSpec.parse("fp8")
+    assert attention_fwd.plan(q, fp8, True, True, False) == attention_fwd.ForwardPlan(False, False, False)  # CPU
+    monkeypatch.setattr(attention_fwd_gluon, "unsupported", lambda *a: None)  # as on an sm_90 GPU
+    monkeypatch.setattr(attention_fwd, "launch_config", lambda d, e: {**default(d, e), "gluon": True})
     assert attention_fwd.plan(q, fp8, True, True, False) == attention_fwd.ForwardPlan(
-        attention_fwd.fuses_q(q, fp8, True, True, False), False, False, None)
-    base = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    launches, original = [], QZ.quantize_fp8_key_sides
-    monkeypatch.setattr(QZ, "quantize_fp8_key_sides",
-                        lambda *a, **kw: launches.append(kw.get("launch")) or original(*a, **kw))
-    default = attention_fwd.launch_config
-    monkeypatch.setattr(attention_fwd, "launch_config",
-                        lambda d, emulated: {**default(d, emulated), "key_per_sm": 3, "key_stages": 1})
-    assert attention_fwd.plan(q, fp8, True, True, False).key_launch == {"per_sm": 3, "stages": 1}
-    walked = _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    assert launches == [{"per_sm": 3, "stages": 1}]
-    for a, b in zip(walked, base, strict=True):
-        assert torch.equal(a, b)
-    monkeypatch.setattr(attention_fwd, "launch_config", default)
-    _fwd_bwd(flamia_attention, q, k, v, do, "fp8", True, True)
-    assert launches[-1] is None
+        True, attention_fwd_gluon.P_ORDER, attention_fwd_gluon.PDL)
+    assert attention_fwd.plan(q, fp8, True, False, False) == attention_fwd.ForwardPlan(
+        False, False, attention_fwd_gluon.PDL)  # leaky: Q through the pre-pass, V's copy is the operand
 
 
 def test_fused_q_launch_option_end_to_end(monkeypatch):

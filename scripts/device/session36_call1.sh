@@ -2,6 +2,7 @@
 # Session 36, call 1: the key-sides pass as a grid of programs walking the token blocks (launch per_sm / stages),
 # bit-checked and timed alone and inside the forward; on an H200 first the table at the session's start.
 #   bash scripts/device/session36_call1.sh   (carry .gpu; .gpu/walk1.json, .gpu/walk1s3.json the launch files)
+# Ran at 065ab7e; the walking grid lost in every launch and was removed after this call (docs/benchmarks.md).
 set -uo pipefail
 source scripts/device/setup.sh  # also save() and the card's name
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
