@@ -90,6 +90,13 @@ PDL = True
 HALF_DIAG = True
 
 
+def half_diag_applies(half_diag: bool | None, pipe: int) -> bool:
+    """Whether a launch runs the half diagonal tile (`HALF_DIAG` where half_diag is None): the chained variant (pipe
+    3) only, whose loop leaves the diagonal tile's scores to after it; the kernel reads HALF_DIAG there only, so this
+    is what its constexpr is for every launch (and for scripts/kernel_registers.py's labels)."""
+    return (HALF_DIAG if half_diag is None else bool(half_diag)) and pipe == 3
+
+
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
@@ -482,11 +489,8 @@ if HAS_GLUON:
                 if not REFILL_UNDER_QK and t + STAGES <= n_off:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
                                 v_smem, ready, STAGES, BLOCK)
-            stage = n_off % STAGES
+            stage = n_off % STAGES  # the diagonal tile's scores: below, whole or half
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
-            if not HALF_DIAG:
-                s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
             mbarrier.wait(ready.index(0), 0)
             s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
@@ -553,17 +557,15 @@ if HAS_GLUON:
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         acc = acc * cv  # true units for the per-token diagonal product
 
-        # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i)
-        if HALF_DIAG:  # (the chained variant) rows that start their key block see only its first half
-            if SAFE and first % BLOCK == 0:
-                acc, m_i, l_i = _half_diag_tile(acc, m_i, l_i, q_smem, k_smem.index(stage), v_smem.index(stage), qs,
-                                                KS, VS, bhk, S, diag, offs_m, BM, BLOCK, NW, SAFE)
-            else:
+        # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i). In the chained variant
+        # with HALF_DIAG, rows that start their key block see only its first half (`half_diag_applies`)
+        if PIPE == 3 and HALF_DIAG and SAFE and first % BLOCK == 0:
+            acc, m_i, l_i = _half_diag_tile(acc, m_i, l_i, q_smem, k_smem.index(stage), v_smem.index(stage), qs, KS,
+                                            VS, bhk, S, diag, offs_m, BM, BLOCK, NW, SAFE)
+        else:
+            if PIPE == 3:  # its scores: the other variants computed them with their loop
                 s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-                acc, m_i, l_i = _diag_tile(acc, m_i, l_i, s, v_smem.index(stage), zero, qs, KS, VS, bhk, S, diag,
-                                           offs_m, P_L, BLOCK, SAFE)
-        else:
             acc, m_i, l_i = _diag_tile(acc, m_i, l_i, s, v_smem.index(stage), zero, qs, KS, VS, bhk, S, diag, offs_m,
                                        P_L, BLOCK, SAFE)
 
@@ -679,7 +681,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
              FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
              REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
              HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None,
-             HALF_DIAG=(HALF_DIAG if half_diag is None else bool(half_diag)) and pipe == 3),
+             HALF_DIAG=half_diag_applies(half_diag, pipe)),
         dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if pdl else {})),
     )
     if not save_o8:

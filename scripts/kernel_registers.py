@@ -254,7 +254,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
                   PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
                   REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK),
                   HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=True,
-                  HALF_DIAG=cfg.get("half_diag", G.HALF_DIAG) and pipe == 3)
+                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
@@ -275,7 +275,7 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
              + (":refillqk" if consts["REFILL_UNDER_QK"] else "")
              + (f":chunk{consts['HEAD_CHUNK']}" if consts["HEAD_CHUNK"] != G.HEAD_CHUNK else "")
              + ("" if consts["PDL"] == G.PDL else ":pdl" if consts["PDL"] else ":nopdl")
-             + ("" if consts["HALF_DIAG"] == (G.HALF_DIAG and pipe == 3) else
+             + ("" if consts["HALF_DIAG"] == G.half_diag_applies(None, pipe) else
                 ":halfdiag" if consts["HALF_DIAG"] else ":fulldiag"))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
