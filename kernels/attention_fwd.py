@@ -409,7 +409,7 @@ def forward(q, k, v, spec, causal: bool, safeguards: bool, sm_scale: float, bloc
         q_in, q8_out = q_raw.contiguous(), q.vals.view(torch.uint8)
     config = dict(config or launch_config(d, spec.emulated))
     config.pop("fuse_q", None)  # the caller's choice, made by passing q_raw
-    config.pop("p_order", None)  # likewise, made by the order of v.off (`orders_v_copy`)
+    config.pop("p_order", None)  # likewise, made by the order of v.off (`plan`)
     gluon, pipe = config.pop("gluon", False), config.pop("pipe", attention_fwd_gluon.PIPE)
     gluon_stages = config.pop("gluon_stages", None)
     pingpong = config.pop("pingpong", attention_fwd_ws.PINGPONG)

@@ -124,7 +124,7 @@ def launch_order(n_m: int, n_bh: int, head_chunk: int) -> list[tuple[int, int]]:
 def unsupported(x: torch.Tensor, spec, causal: bool, has_doc: bool) -> str | None:
     """None when the Gluon kernel supports a forward of these inputs (x: Q or its bytes, for the device and
     the head dim), else why not: `eligible`'s checks that need no operand, which the caller can make
-    before the pre-pass (`attention_fwd.fuses_q`)."""
+    before the pre-pass (`attention_fwd.plan`)."""
     why = gluon_unavailable(x)
     if why is not None:
         return why

@@ -10,7 +10,7 @@ imports them when it runs).
       :fuseq   forward: the kernel quantizes Q itself (fuse_q; fp8 qk, safeguards on; the Gluon kernel's default)
       :qpass   forward: Q through the pre-pass (fuse_q off)
       :keyorder / :porder   forward: V's token-block copy in key order, or in P's register order where the Gluon
-               kernel runs (p_order; `attention_fwd.orders_v_copy`; the default is `attention_fwd_gluon.P_ORDER`)
+               kernel runs (p_order; `attention_fwd.plan`; the default is `attention_fwd_gluon.P_ORDER`)
       :refillqk / :refillpv   forward, the Gluon kernel's chained loop: a ring stage refilled under the next QKᵀ or
                after its P·V (refill_qk; `attention_fwd_gluon.REFILL_UNDER_QK`)
       :chunk0 / :chunk4 / :chunk8 / :chunk16   forward, the Gluon kernel: programs launched head after head, or
