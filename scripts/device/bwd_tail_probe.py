@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_attention import shape_for  # noqa: E402
 from flamia_kernels import attention_bwd, flamia_attention  # noqa: E402
+from regime_timeline import regime_inputs  # noqa: E402  (scripts/device/ is this script's first sys.path entry)
 
 MARKS = ("start", "forward returned", "backward kernels entered", "backward kernels returned", "end")
 
@@ -33,11 +33,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--preset", default="fp8")
     args = ap.parse_args()
-    b, h, s, d = shape_for(args.seq, 128)
-    gen = torch.Generator(device="cuda").manual_seed(s + d)
-    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
-    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    q, k, v, do, cache = regime_inputs(args.seq)
+    b, h, s, d = q.shape
     marks: list = []
 
     def mark():

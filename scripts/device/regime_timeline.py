@@ -46,6 +46,16 @@ def summary(chunk) -> dict:
     return dict(lead=lead, busy=busy, span=span, idle=span - busy, n=len(kernels))
 
 
+def regime_inputs(seq: int):
+    """The bench's inputs at S = seq, D = 128 (q, k, v requiring gradients, and dO), seeded as
+    bench_attention.py seeds them, and do_bench's 256 MB L2-flush buffer."""
+    b, h, s, d = shape_for(seq, 128)
+    gen = torch.Generator(device="cuda").manual_seed(s + d)
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    return q, k, v, do, torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=8192)
@@ -54,13 +64,10 @@ def main() -> None:
     args = ap.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
-    b, h, s, d = shape_for(args.seq, 128)
-    gen = torch.Generator(device="cuda").manual_seed(s + d)
-    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
-    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    q, k, v, do, cache = regime_inputs(args.seq)
     entries = [(p, lambda p=p: flamia_attention(q, k, v, p)) for p in args.presets.split(";")]
     entries.append(("cudnn", peer_fn("cudnn", q, k, v)))
-    cache = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    b, h, s, d = q.shape
     print(f"{torch.cuda.get_device_name()}: B={b} H={h} S={s} D={d}", flush=True)
     for mode in ("fwd", "fwdbwd"):
         for _, fn in entries:  # warm-up: compiles, plans, allocator
