@@ -257,18 +257,27 @@ if HAS_GLUON:
         return x, r, m_new, l_i, alpha
 
     @gluon.jit
-    def _diag_tile(acc, m_i, l_i, s, v_tile, zero, qs, KS, VS, bhk, S, diag, offs_m, P_L: gl.constexpr,
-                   BLOCK: gl.constexpr, SAFE: gl.constexpr):
-        """The diagonal tile from its raw scores s (Q8·K8ᵀ of the tile's BLOCK keys): per-token K and V, the causal
-        mask, V's scale folded into P (r_i); returns (acc, m, l) with the tile's P·V added."""
-        cols = diag + gl.arange(0, BLOCK, layout=gl.SliceLayout(0, s.type.layout))
+    def _diag_products(s, cols, rows, qs, m_i, l_i, v_op, zero_acc, KS, VS, bhk, S, A_L: gl.constexpr,
+                       SAFE: gl.constexpr):
+        """The diagonal tile's softmax and P·V from its raw scores s (Q8·K8ᵀ over the keys `cols`, the rows `rows` in
+        s's layout): per-token K and V, the causal mask, V's scale folded into P (r_i). Returns (P·V, r, m, l, α);
+        `_diag_tile` and `_half_diag_tile` fold them into the accumulator."""
         ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
         vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
         s = s * (qs[:, None] * ks[None, :])
-        x, r, m_i, l_i, alpha = _diag_softmax(s, offs_m[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, False)
-        x8 = gl.convert_layout(x.to(gl.float8e4nv), P_L)
-        pv = warpgroup_mma(x8, v_tile.permute((1, 0)), zero, use_acc=False, is_async=True)
+        x, r, m_i, l_i, alpha = _diag_softmax(s, rows[:, None] >= cols[None, :], vs, m_i, l_i, SAFE, False)
+        pv = warpgroup_mma(gl.convert_layout(x.to(gl.float8e4nv), A_L), v_op, zero_acc, use_acc=False, is_async=True)
         pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        return pv, r, m_i, l_i, alpha
+
+    @gluon.jit
+    def _diag_tile(acc, m_i, l_i, s, v_tile, zero, qs, KS, VS, bhk, S, diag, offs_m, P_L: gl.constexpr,
+                   BLOCK: gl.constexpr, SAFE: gl.constexpr):
+        """The diagonal tile from its raw scores s (Q8·K8ᵀ of the tile's BLOCK keys): returns (acc, m, l) with the
+        tile's P·V added (`_diag_products`)."""
+        cols = diag + gl.arange(0, BLOCK, layout=gl.SliceLayout(0, s.type.layout))
+        pv, r, m_i, l_i, alpha = _diag_products(s, cols, offs_m, qs, m_i, l_i, v_tile.permute((1, 0)), zero, KS, VS,
+                                                bhk, S, P_L, SAFE)
         return acc * alpha[:, None] + pv * r[:, None], m_i, l_i
 
     @gluon.jit
@@ -286,16 +295,10 @@ if HAS_GLUON:
                           use_acc=False, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         cols = diag + gl.arange(0, HALF, layout=gl.SliceLayout(0, LH))
-        ks = gl.load(KS + bhk.to(gl.int64) * S + cols)
-        vs = gl.load(VS + bhk.to(gl.int64) * S + cols)
-        s = s * (gl.convert_layout(qs, ROWH)[:, None] * ks[None, :])
-        rows = gl.convert_layout(offs_m, ROWH)
-        x, r, m_h, l_h, alpha = _diag_softmax(s, rows[:, None] >= cols[None, :], vs, gl.convert_layout(m_i, ROWH),
-                                              gl.convert_layout(l_i, ROWH), SAFE, False)
-        x8 = gl.convert_layout(x.to(gl.float8e4nv), PH_L)
-        pv = warpgroup_mma(x8, v_tile.slice(0, HALF, dim=1).permute((1, 0)), gl.zeros_like(acc), use_acc=False,
-                           is_async=True)
-        pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv,))
+        pv, r, m_h, l_h, alpha = _diag_products(s, cols, gl.convert_layout(offs_m, ROWH), gl.convert_layout(qs, ROWH),
+                                                gl.convert_layout(m_i, ROWH), gl.convert_layout(l_i, ROWH),
+                                                v_tile.slice(0, HALF, dim=1).permute((1, 0)), gl.zeros_like(acc), KS,
+                                                VS, bhk, S, PH_L, SAFE)
         ROW: gl.constexpr = gl.SliceLayout(1, L)
         alpha = gl.convert_layout(alpha, ROW)
         r = gl.convert_layout(r, ROW)
