@@ -88,6 +88,13 @@ PDL = True
 # diagonal tiles, ~0.9% of the tile work at 8k (a launch option, "half_diag"; safeguards on only). On an H100 (session
 # 35, c3c4220) the same bits (GPU test) and the kernel 1274.0 -> 1259.9 µs at 8k
 HALF_DIAG = True
+# the accumulator's rescale to true units before the diagonal tile kept where it is written (`_kept_here`). Without
+# it, where O's fp8 copy is not written (a forward nothing differentiates, or dO in bf16), LLVM sank those 64 FMULs a
+# thread past the diagonal's QKᵀ and ptxas then serialized every wgmma of the kernel, the loop's included (C7512,
+# "insufficient register resources": 44 waited-for QGMMA where the kernel has 12 waits); with it that kernel
+# compiles as the one that writes O8 (found in session 37 with scripts/kernel_registers.py --no-grad). The same bits:
+# a module switch for A/B timing
+PIN_RESCALE = True
 
 
 def half_diag_applies(half_diag: bool | None, pipe: int) -> bool:
@@ -166,6 +173,13 @@ if HAS_GLUON:
         else:
             tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
             tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
+
+    @gluon.jit
+    def _kept_here(x):
+        """x unchanged, through an asm statement LLVM may not move (`is_pure=False`): the instructions that compute x
+        stay before the side-effecting operations that follow it in the source (`PIN_RESCALE`). ptxas drops the
+        moves."""
+        return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=False, pack=1)
 
     @gluon.jit
     def _program_tile(HEAD_CHUNK: gl.constexpr):
@@ -409,7 +423,7 @@ if HAS_GLUON:
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
                           P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False,
                           HEAD_CHUNK: gl.constexpr = 0, PDL: gl.constexpr = False, SAVE_Q: gl.constexpr = True,
-                          HALF_DIAG: gl.constexpr = False):
+                          HALF_DIAG: gl.constexpr = False, PIN_RESCALE: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -559,6 +573,8 @@ if HAS_GLUON:
             s = warpgroup_mma(q_smem, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         acc = acc * cv  # true units for the per-token diagonal product
+        if PIN_RESCALE:
+            acc = _kept_here(acc)
 
         # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i). In the chained variant
         # with HALF_DIAG, rows that start their key block see only its first half (`half_diag_applies`)
@@ -684,7 +700,7 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
              FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
              REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
              HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None,
-             HALF_DIAG=half_diag_applies(half_diag, pipe)),
+             HALF_DIAG=half_diag_applies(half_diag, pipe), PIN_RESCALE=PIN_RESCALE),
         dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if pdl else {})),
     )
     if not save_o8:

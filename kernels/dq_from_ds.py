@@ -63,7 +63,8 @@ TMA = False
 # probe of whether the L2 reads of K, as many bytes as the buffer's own, hold the kernel back (session 30, H100, 8k:
 # 2.107 ms against 1.708 — two stages of a pair's tiles are all that fit — and K_ONCE below says K's reads cost 3%);
 # the same bits. One program an SM (8 warps: 226-228 registers; 16 warps × 2 stages: 128);
-# over the fp8 buffer ptxas serializes its wgmma (C7511; `scripts/kernel_registers.py --kernels dq_from_ds_pairs`)
+# ptxas serializes its wgmma over either buffer (C7513 over bf16, C7515 over fp8; `scripts/kernel_registers.py --kernels
+# dq_from_ds_pairs`, whose report missed C7513 until session 37)
 PAIRS = False
 # a probe, not a launch: each program multiplies every dS tile by its first K tile, read once, so that the kernel reads
 # the buffer alone — how fast it then runs says whether K's L2 reads (as many bytes as the buffer's) hold it back

@@ -97,11 +97,12 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict:
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
     if not regs or not spill:
         raise RuntimeError(f"ptxas -v printed no register report:\n{text}")
-    # C7511 / C7514 / C7515: ptxas serialized the wgmma instructions (too few registers for the products in
-    # flight; an accumulator in flight touched by other instructions), which undoes a kernel's overlap of its
-    # products: every wgmma is then waited for as issued (WARPGROUP.DEPBAR after each in the SASS)
+    # C751x (seen: C7511, C7512 "insufficient register resources", C7514, C7515): ptxas serialized the wgmma
+    # instructions (too few registers for the products in flight; an accumulator in flight touched by other
+    # instructions), which undoes a kernel's overlap of its products: every wgmma is then waited for as issued
+    # (WARPGROUP.DEPBAR after each in the SASS)
     return {"registers": int(regs.group(1)), "spill_stores": int(spill.group(1)),
-            "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751[145]", text))}
+            "spill_loads": int(spill.group(2)), "serialized": bool(re.search(r"C751\d", text))}
 
 
 def loop_spills(ptx: str, arch: str = "sm_90a") -> int:
@@ -232,8 +233,10 @@ def compile_gluon(kernel, descs, kinds: list, consts: dict, options: dict):
                           target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
-    """compile_report for the sm_90 Gluon forward (`attention_fwd_gluon`; fp8, D = 128 only)."""
+def gluon_forward_report(cfg: dict, safeguards: bool, no_grad: bool = False) -> dict:
+    """compile_report for the sm_90 Gluon forward (`attention_fwd_gluon`; fp8, D = 128 only). no_grad: the kernel a
+    forward nothing differentiates launches (no O8 copy, no Q bytes written), a compile of its own: ptxas decides
+    per compile whether it serializes the wgmma."""
     import torch
 
     _import_kernels()
@@ -250,11 +253,11 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     p_order = cfg.get("p_order", G.P_ORDER)
-    consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=True, TINY=FP8_TINY,
+    consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=not no_grad, TINY=FP8_TINY,
                   PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
                   REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK),
-                  HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=True,
-                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe))
+                  HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=not no_grad,
+                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe), PIN_RESCALE=G.PIN_RESCALE)
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
@@ -263,9 +266,10 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
         pingpong = cfg.get("pingpong", W.PINGPONG)
         ws_kinds = kinds[:6] + kinds[8:]  # no O / O8 pointers: it writes them by TMA only
         ptx = _compile_gluon(W._fwd_ws_kernel, G.descriptors(ops[0], ops[1], v) + outs, ws_kinds,
-                             W.constexprs(safeguards, True, fuse_q, stages, pingpong, p_order),
+                             W.constexprs(safeguards, not no_grad, fuse_q, stages, pingpong, p_order),
                              {"num_warps": 4, "maxnreg": W.MAXNREG})
-        label = f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
+        label = (f"4x{stages}:gluon:ws" + (":pp" if pingpong else "") + ("" if fuse_q else ":qpass")
+                 + (" no_grad" if no_grad else ""))
         return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
     ptx = _compile_gluon(G._fwd_gluon_kernel, G.descriptors(ops[0], ops[1], v) + outs, kinds, consts,
                          {"num_warps": G.BM // 16, **G._registers(pipe)})
@@ -276,7 +280,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool) -> dict:
              + (f":chunk{consts['HEAD_CHUNK']}" if consts["HEAD_CHUNK"] != G.HEAD_CHUNK else "")
              + ("" if consts["PDL"] == G.PDL else ":pdl" if consts["PDL"] else ":nopdl")
              + ("" if consts["HALF_DIAG"] == G.half_diag_applies(None, pipe) else
-                ":halfdiag" if consts["HALF_DIAG"] else ":fulldiag"))
+                ":halfdiag" if consts["HALF_DIAG"] else ":fulldiag")
+             + (" no_grad" if no_grad else ""))
     return {"config": label, **ptxas_report(ptx), "mma": mma_kinds(ptx)}
 
 
@@ -437,6 +442,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=int, default=90, choices=(90, 100), help="sm_90 (Hopper) or sm_100 (Blackwell)")
     ap.add_argument("--qk-mx", action="store_true", help="forward: the block-scaled QKᵀ (spec with qk=mxfp8)")
     ap.add_argument("--mma", action="store_true", help="also list the tensor-core instructions of each kernel")
+    ap.add_argument("--no-grad", action="store_true",
+                    help="fwd_gluon: the kernel of a forward nothing differentiates (no O8 copy, no Q bytes)")
     args = ap.parse_args(argv)
     print(f"sm_{args.target}, spec {args.spec}, D={args.dim}, causal={not args.non_causal}, "
           f"off-diagonal copies={not args.no_off_diagonal}" + (", block-scaled QKᵀ" if args.qk_mx else ""))
@@ -478,7 +485,7 @@ def main(argv=None) -> int:
                 if (args.spec, args.dim, args.target, args.non_causal, args.no_off_diagonal) != ("fp8", 128, 90, False,
                                                                                                    False):
                     ap.error("fwd_gluon: the fp8 spec, D = 128, sm_90, causal, with the off-diagonal copies only")
-                reports = [(gluon_forward_report(cfg, not args.leaky), not cfg)]
+                reports = [(gluon_forward_report(cfg, not args.leaky, args.no_grad), not cfg)]
             else:
                 reports = [(compile_report(kernel, cfg, args.spec, args.dim, not args.non_causal,
                                            not args.no_off_diagonal, not args.leaky, args.target, args.qk_mx), not cfg)]
@@ -487,7 +494,7 @@ def main(argv=None) -> int:
                 print(f"{kernel:9s} {label:28s} {r['registers']:5d} {r['spill_stores']:9d} {r['spill_loads']:9d}",
                       flush=True)
                 if r["serialized"]:
-                    print("       ptxas serialized this kernel's wgmma (C7511 / C7514 / C7515)", flush=True)
+                    print("       ptxas serialized this kernel's wgmma (C751x)", flush=True)
                 if args.mma:
                     print("       mma: " + ", ".join(r["mma"]), flush=True)
                 if r.get("spill_stores") and "loop_spills" in r:
