@@ -257,7 +257,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool, no_grad: bool = False) -> 
                   PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
                   REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK),
                   HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=not no_grad,
-                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe), PIN_RESCALE=G.PIN_RESCALE)
+                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe), PIN_RESCALE=G.PIN_RESCALE,
+                  SPLIT_BARS=G.SPLIT_BARRIERS and pipe == 3)
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
