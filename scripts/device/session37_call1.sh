@@ -17,8 +17,8 @@ for round in 1 2; do
   TAIL=0 phase "gaps_pin_$round" 90 python3 scripts/launch_gaps.py --seq 8192
   TAIL=0 phase "gaps_nopin_$round" 90 python3 scripts/device/with_constants.py attention_fwd_gluon.PIN_RESCALE=False \
     -- scripts/launch_gaps.py --seq 8192
-  TAIL=0 phase "gaps_split_$round" 90 python3 scripts/device/with_constants.py attention_fwd_gluon.SPLIT_BARRIERS=True \
-    -- scripts/launch_gaps.py --seq 8192
+  [ "$round" = 1 ] && TAIL=0 phase "gaps_split_$round" 90 python3 scripts/device/with_constants.py \
+    attention_fwd_gluon.SPLIT_BARRIERS=True -- scripts/launch_gaps.py --seq 8192
 done
 for f in "$R"/gaps_*.log; do echo "== $(basename "$f")"; grep -E "per call|_kernel|^[a-z].*:" "$f" | head -16; done
 save
