@@ -13,6 +13,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from kernel_registers import parse_config  # noqa: E402
 
 
+def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """python ARGS from the repo root, without this test run's TRITON_INTERPRET=1: under it the kernels are
+    interpreter objects, which cannot compile for sm_90."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def test_parse_config():
     assert parse_config("8x2x32:atomic") == {"num_warps": 8, "num_stages": 2, "sub": 32, "dq": "atomic"}
     assert parse_config("4x3") == {"num_warps": 4, "num_stages": 3}
@@ -24,9 +31,7 @@ def test_parse_config():
 
 def test_reports_the_dq_kernel_on_sm90():
     """A subprocess: under this test run's TRITON_INTERPRET=1 the kernels are interpreter objects."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dq")
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dq ")]
     assert len(row) == 1 and "4x3x32:bm64:pre (default)" in row[0], out.stdout  # launch_config's fp8 fast path
@@ -45,10 +50,8 @@ def test_parse_config_forward_option():
 def test_blackwell_block_scaled_qk_compiles_for_sm100():
     """The forward's Blackwell path (mxfp8 QKᵀ through tl.dot_scaled) compiles for sm_100 to the
     block-scaled tcgen05 MMA: the only check possible here (no Blackwell GPU is lent)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd", "--spec", "mxfp8",
-                          "--qk-mx", "--target", "100", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "fwd", "--spec", "mxfp8", "--qk-mx", "--target", "100",
+               "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "tcgen05.mma" in out.stdout and "mxf8f6f4.block_scale" in out.stdout, out.stdout
 
@@ -58,10 +61,8 @@ def test_gluon_forward_compiles_for_sm90():
     GPU tier are its checks): the default, one chained accumulator, fits 168 registers (three programs
     of 4 warps per SM; what it spills is the diagonal tile's and the epilogue's, outside the loop); the
     fresh-product variant with QKᵀ(t + 1) in flight keeps every tile in registers; both FP8 wgmma."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs",
-                          "4x3:gluon:pipe2", "4x2:gluon:chain:chunk0:nopdl:fulldiag", "--mma"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs", "4x3:gluon:pipe2",
+               "4x2:gluon:chain:chunk0:nopdl:fulldiag", "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ")]
     assert len(rows) == 3 and "4x2:gluon:chain (default)" in rows[0] and "4x3:gluon:pipe2" in rows[1], out.stdout
@@ -79,10 +80,8 @@ def test_gluon_forward_of_a_no_grad_call_keeps_its_products_in_flight():
     serialized every wgmma of that compile (C7512; LLVM had sunk the accumulator's rescale past the diagonal's QKᵀ),
     the loop's included, while the compile with O8, the only one this file checked, kept them in flight:
     `attention_fwd_gluon.PIN_RESCALE`."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--no-grad",
-                          "--configs", "4x2:gluon:chain:fulldiag", "4x3:gluon:ws"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--no-grad", "--configs",
+               "4x2:gluon:chain:fulldiag", "4x3:gluon:ws")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ")]
     assert len(rows) == 3 and all(" no_grad" in row for row in rows), out.stdout
@@ -95,10 +94,8 @@ def test_ws_forward_compiles_for_sm90():
     168 registers a launch thread (its consumers at 240 by setmaxnreg), with the ping-pong and without, and ptxas
     keeps its products asynchronous: with the diagonal mask written as `where(keep, s, -inf)` it serialized every
     wgmma (C7511) and the kernel ran 1.97 ms at 8k against 1.84 unserialized (docs/kernels.md)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs",
-                          "4x3:gluon:ws", "4x3:gluon:ws:pp", "--mma"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "fwd_gluon", "--configs", "4x3:gluon:ws", "4x3:gluon:ws:pp",
+               "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("fwd_gluon ") and ":ws" in line]
     assert len(rows) == 2 and "4x3:gluon:ws " in rows[0] + " " and "4x3:gluon:ws:pp" in rows[1], out.stdout
@@ -112,9 +109,7 @@ def test_gluon_dkdv_compiles_for_sm90_with_its_products_in_flight():
     compile, use FP8 wgmma for S, dP and dV (m64n128k32) and bf16 for dK, and ptxas keeps them asynchronous. An
     accumulator in flight across the loop's back edge made ptxas serialize every wgmma of the kernel (C7514) in its
     first version: this catches that."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dkdv_gluon", "--mma"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dkdv_gluon", "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     row = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
     assert len(row) == 8 and "4x3x32:bn64:pre:gluon " in row[0] and 0 < int(row[0].split()[-3]) <= 255, out.stdout
@@ -158,9 +153,7 @@ def test_gluon_dq_compiles_for_sm90_within_its_programs_per_sm():
     sub-tiles within their MAXNREG_DQ registers (32 keys, the default: 128, four programs per SM; 64 keys: 168,
     three; the version with the next sub-tile's products in flight needed 203 and ran slower), with FP8 wgmma
     for S and dP, bf16 for dQ, none serialized."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq_gluon", "--mma"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dq_gluon", "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("dq_gluon ")]
     assert len(rows) == 3 and ":gluondq " in rows[0] + " " and ":gluondq32 (default)" in rows[1], out.stdout
@@ -175,10 +168,8 @@ def test_gluon_backward_kernels_compile_at_128_rows():
     """The width constants are sweep knobs (`attention_bwd_gluon.BN`, `DQ_BM`: a warpgroup per 64 rows; 128 measured
     slower on the H200): at 128 the dK/dV and dQ kernels still compile for sm_90 with 8 warps, within their registers,
     none of their wgmma serialized."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/device/with_constants.py", "attention_bwd_gluon.BN=128",
-                          "attention_bwd_gluon.DQ_BM=128", "--", "scripts/kernel_registers.py", "--kernels",
-                          "dkdv_gluon", "dq_gluon"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = _run("scripts/device/with_constants.py", "attention_bwd_gluon.BN=128", "attention_bwd_gluon.DQ_BM=128", "--",
+               "scripts/kernel_registers.py", "--kernels", "dkdv_gluon", "dq_gluon")
     assert out.returncode == 0, out.stderr[-2000:]
     dkdv = [line for line in out.stdout.splitlines() if line.startswith("dkdv_gluon ")]
     dq = [line for line in out.stdout.splitlines()
@@ -193,9 +184,7 @@ def test_ws_forward_probe_fits_fa3_schedule_on_sm90():
     """scripts/ws_forward_probe.py: FA3's forward loop shape (a one-warp TMA producer lowered to 24 registers, two
     consumer warpgroups at 240 with S(t + 1) in flight during the softmax of t) compiles for sm_90 in this Triton's
     Gluon with nothing spilled and no wgmma serialized — the registers the next forward kernel is planned around."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/ws_forward_probe.py"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = _run("scripts/ws_forward_probe.py")
     assert out.returncode == 0, out.stderr[-2000:]
     report = dict(line.split(None, 1) for line in out.stdout.splitlines() if line.strip())
     assert report["spill_stores"] == "0" and report["spill_loads"] == "0", out.stdout
@@ -209,9 +198,7 @@ def test_dq_from_ds_compiles_for_sm90_without_byte_transposes():
     (8 warps, at most 128 registers), with bf16 wgmma over a bf16 dS buffer and FP8 wgmma over an fp8 one (with
     fp8_dq), none serialized; the fp8 buffer is stored K-major so that the kernel moves no byte one by one through
     shared memory (its first form transposed the tiles here: a byte store a byte)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq_from_ds", "--mma"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dq_from_ds", "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("dq_from_ds ")]
     assert len(rows) == 4 and ":fp8" in rows[1] and ":oneloop " in rows[2] + " " and ":oneloop:fp8" in rows[3], rows
@@ -228,10 +215,7 @@ def test_dq_from_ds_compiles_for_sm90_without_byte_transposes():
 def test_triton_dq_kernel_with_an_fp8_dq_product_compiles_for_sm90():
     """The Triton dQ kernel under launch option fp8_dq (E4M3(dS·s_k/ρ) against K's bytes) compiles for sm_90 at the fast
     path's dQ launch with its dQ product as an FP8 wgmma, without spills."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq", "--configs",
-                          "4x3x32:bm64:pre:fp8dq", "--mma"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dq", "--configs", "4x3x32:bm64:pre:fp8dq", "--mma")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("dq ") and ":fp8dq" in line]
@@ -246,9 +230,7 @@ def test_dq_from_ds_pairs_compiles_for_sm90_unserialized_over_bf16():
     wgmma over both buffers: C7513 over bf16 (non-wgmma instructions define a wgmma's input registers inside its
     pipeline stage), C7515 over fp8. Until session 37 the report matched C7511 / C7514 / C7515 only and called the
     bf16 form unserialized; the session-30 timing that found PAIRS 23% slower had it serialized."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "scripts/kernel_registers.py", "--kernels", "dq_from_ds_pairs"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = _run("scripts/kernel_registers.py", "--kernels", "dq_from_ds_pairs")
     assert out.returncode == 0, out.stderr[-2000:]
     blocks = out.stdout.split("dq_from_ds_pairs ")[1:]
     assert len(blocks) == 6, out.stdout
