@@ -3,6 +3,7 @@
     python scripts/kernel_registers.py                         # fwd, dkdv, dq at their default launch
     python scripts/kernel_registers.py --kernels dkdv --configs 8x2x32 8x1x32 8x2x16:atomic
     python scripts/kernel_registers.py --spec nvfp4-fp8 --dim 64 --no-off-diagonal
+    python scripts/kernel_registers.py --kernels fwd_gluon --no-grad   # the forward a no_grad call launches
 
 Why: the backward kernels were 2.6x cuDNN's time on the H200, and the device hours are few.
 Triton compiles for a named target without a driver (`triton.compile(ASTSource, GPUTarget("cuda",
