@@ -109,6 +109,20 @@ def half_diag_applies(half_diag: bool | None, pipe: int) -> bool:
     return (HALF_DIAG if half_diag is None else bool(half_diag)) and pipe == 3
 
 
+def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, pipe: int = PIPE, stages: int | None = None,
+               p_order: bool = P_ORDER, refill_under_qk: bool | None = None, head_chunk: int | None = None,
+               pdl: bool | None = None, save_q: bool = True, half_diag: bool | None = None) -> dict:
+    """The kernel's constexprs for a launch (`forward`'s arguments, None: the module's default), also what
+    scripts/kernel_registers.py compiles, so that the report is of the kernel a launch runs. fuse_q: Q quantized in
+    the kernel (`forward`'s q_raw); without it the kernel reads Q's bytes and writes none (SAVE_Q)."""
+    return dict(D=BLOCK, BLOCK=BLOCK, BM=BM, STAGES=default_stages(pipe) if stages is None else stages, SAFE=safeguards,
+                SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=TMA_OUT, P_ORDER=p_order,
+                REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
+                HEAD_CHUNK=HEAD_CHUNK if head_chunk is None else head_chunk, PDL=PDL if pdl is None else bool(pdl),
+                SAVE_Q=save_q or not fuse_q, HALF_DIAG=half_diag_applies(half_diag, pipe), PIN_RESCALE=PIN_RESCALE,
+                SPLIT_BARS=SPLIT_BARRIERS and pipe == 3)
+
+
 def default_stages(pipe: int) -> int:
     """Stages of the ring per variant: the chained one runs three programs per SM, whose shared memory
     holds two stages each (3 × 72 KB); the others two programs of three stages (2 × 104 KB)."""
@@ -697,13 +711,13 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     nothing will differentiate). half_diag: `HALF_DIAG` where None (the chained variant only)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
-    head_chunk = HEAD_CHUNK if head_chunk is None else head_chunk
+    consts = constexprs(safeguards, save_o8, q_raw is not None, pipe, stages, v.off.p_order, refill_under_qk,
+                        head_chunk, pdl, save_q, half_diag)
+    head_chunk = consts["HEAD_CHUNK"]
     if not isinstance(head_chunk, int) or head_chunk < 0:
         raise ValueError(f"gluon forward head_chunk={head_chunk!r}: allowed 0 (head after head) or a group size >= 1")
-    pdl = PDL if pdl is None else bool(pdl)
-    stages = default_stages(pipe) if stages is None else stages
-    if stages not in (2, 3):
-        raise ValueError(f"gluon forward stages={stages}: allowed 2 or 3 (two programs of 64 rows per SM)")
+    if consts["STAGES"] not in (2, 3):
+        raise ValueError(f"gluon forward stages={consts['STAGES']}: allowed 2 or 3 (two programs of 64 rows per SM)")
     b, hq, seq, d = q.vals.shape
     hkv = k.vals.shape[1]
     o = torch.empty(b, hq, seq, d, dtype=torch.bfloat16, device=q.vals.device)
@@ -721,13 +735,8 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
         (*descriptors(q, k, v), *out_descriptors(o, o8.view(torch.float8_e4m3fn) if save_o8 else None, q.vals),
          q.vals if q_raw is None else q_raw, q.scale, k.scale, k.off.scale, v.scale,
          v.off.scale, o, o8, o_scale, lse2, moff, sm_scale * 1.4426950408889634, seq, hq // hkv),
-        dict(D=d, BLOCK=BLOCK, BM=BM, STAGES=stages, SAFE=safeguards, SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe,
-             FUSE_Q=q_raw is not None, TMA_OUT=TMA_OUT, P_ORDER=v.off.p_order,
-             REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
-             HEAD_CHUNK=head_chunk, PDL=pdl, SAVE_Q=save_q or q_raw is None,
-             HALF_DIAG=half_diag_applies(half_diag, pipe), PIN_RESCALE=PIN_RESCALE,
-             SPLIT_BARS=SPLIT_BARRIERS and pipe == 3),
-        dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if pdl else {})),
+        consts,
+        dict(num_warps=BM // 16, **_registers(pipe), **({"launch_pdl": True} if consts["PDL"] else {})),
     )
     if not save_o8:
         return o, lse2, moff, None, None

@@ -243,7 +243,6 @@ def gluon_forward_report(cfg: dict, safeguards: bool, no_grad: bool = False) -> 
     _import_kernels()
     from flamia_kernels import attention_fwd_gluon as G
     from flamia_kernels import attention_fwd_ws as W
-    from flamia_kernels.formats import FP8_TINY
 
     pipe = cfg.get("pipe", G.PIPE)
     stages = cfg.get("gluon_stages") or G.default_stages(pipe)
@@ -254,12 +253,8 @@ def gluon_forward_report(cfg: dict, safeguards: bool, no_grad: bool = False) -> 
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     p_order = cfg.get("p_order", G.P_ORDER)
-    consts = dict(D=d, BLOCK=G.BLOCK, BM=G.BM, STAGES=stages, SAFE=safeguards, SAVE_O8=not no_grad, TINY=FP8_TINY,
-                  PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=G.TMA_OUT, P_ORDER=p_order,
-                  REFILL_UNDER_QK=cfg.get("refill_qk", G.REFILL_UNDER_QK),
-                  HEAD_CHUNK=cfg.get("head_chunk", G.HEAD_CHUNK), PDL=cfg.get("pdl", G.PDL), SAVE_Q=not no_grad,
-                  HALF_DIAG=G.half_diag_applies(cfg.get("half_diag"), pipe), PIN_RESCALE=G.PIN_RESCALE,
-                  SPLIT_BARS=G.SPLIT_BARRIERS and pipe == 3)
+    consts = G.constexprs(safeguards, not no_grad, fuse_q, pipe, stages, p_order, cfg.get("refill_qk"),
+                          cfg.get("head_chunk"), cfg.get("pdl"), not no_grad, cfg.get("half_diag"))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])
