@@ -191,9 +191,8 @@ def speed_one(args, rows: list, seq: int, dim: int) -> None:
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(4))
     q, k, v = (x.requires_grad_(True) for x in (q, k, v))
     entries = [(p, lambda p=p: flamia_attention(q, k, v, p), None) for p in args.presets]
-    for tag, launch in args.launch:  # the same presets again under each --launch (fp8-only knobs: dim 128 only)
-        entries += [(f"{p} [{tag}]", lambda p=p: flamia_attention(q, k, v, p), launch)
-                    for p in args.presets if d == 128]
+    for tag, launch in args.launch:  # the same presets again under each --launch (`launch_overrides` says where)
+        entries += [(f"{p} [{tag}]", lambda p=p: flamia_attention(q, k, v, p), launch) for p in args.presets]
     entries += [(f"{p} (bf16 peer)", peer_fn(p, q, k, v), None) for p in args.peers]
 
     def measure(fn, launch, mode: str) -> float:
@@ -288,7 +287,7 @@ def run_accuracy(args, rows: list, device: str) -> None:
 
 
 def profile_parts(args, seq: int) -> tuple[dict, tuple]:
-    """Callables for each stage of the fp8 fwd+bwd at one shape (D = 128), each with the kernel and
+    """Callables for each stage of the fp8 fwd+bwd at one shape (D = --profile-dim), each with the kernel and
     launch config it sweeps (None for the fixed stages)."""
     from flamia_kernels import attention_bwd, attention_bwd_copies, attention_fwd
     from flamia_kernels import quantize as QZ
@@ -296,7 +295,7 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
     from flamia_kernels.spec import SEQ_BLOCK
 
     spec = AttentionSpec.parse("fp8")
-    shape = shape_for(seq, 128)
+    shape = shape_for(seq, args.profile_dim)
     q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     sm = 1.0 / math.sqrt(shape[-1])
     ops = prepare_forward(q, k, v, spec, True, QZ, SEQ_BLOCK, v_transposed=True)
@@ -328,11 +327,11 @@ def profile_parts(args, seq: int) -> tuple[dict, tuple]:
 
 
 def run_trace(args) -> None:
-    """torch.profiler over a few fp8 fwd+bwd calls at the first S, D = 128: every CUDA kernel's
+    """torch.profiler over a few fp8 fwd+bwd calls at the first S, D = --profile-dim: every CUDA kernel's
     share of the time (what the pre-passes, the attention kernels and the glue really cost)."""
     from torch.profiler import ProfilerActivity, profile
 
-    b, h, s, d = shape_for(args.seqs[0], 128)
+    b, h, s, d = shape_for(args.seqs[0], args.profile_dim)
     q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=i < 3)
                    for i in range(4))
 
@@ -431,7 +430,9 @@ def main() -> None:
                     help="sequence lengths at which the emulated presets are timed (they are slow)")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (first S only)")
     ap.add_argument("--accuracy-only", action="store_true", help="only the accuracy table (CPU: reference)")
-    ap.add_argument("--profile", action="store_true", help="also the fp8 time profile (D=128)")
+    ap.add_argument("--profile", action="store_true", help="also the fp8 time profile (D = --profile-dim)")
+    ap.add_argument("--profile-dim", type=int, choices=sorted(TOKENS), default=128,
+                    help="head dim of --profile and --trace (default 128; every S of --seqs)")
     ap.add_argument("--trace", action="store_true", help="also torch.profiler's kernel table of fp8 fwd+bwd")
     ap.add_argument("--fwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x3,4x3")
     ap.add_argument("--bwd-configs", type=_configs, default=[], help="profile sweep, e.g. 8x2,4x2")
