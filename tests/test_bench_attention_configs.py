@@ -133,3 +133,12 @@ def test_launch_files_take_names(tmp_path):
     for bad in (f"={path}", f"a[b={path}"):
         with pytest.raises(argparse.ArgumentTypeError, match="NAME must be non-empty and without brackets"):
             named_launch(bad)
+
+
+def test_profile_dim_allows_the_heads_the_bench_shapes_and_names_them_otherwise(tmp_path):
+    import subprocess
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_attention.py"
+    bad = subprocess.run([sys.executable, str(script), "--profile-dim", "96", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "--profile-dim" in bad.stderr and "96" in bad.stderr and "64, 128" in bad.stderr
