@@ -420,7 +420,16 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
                 "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": FOLD_K}
+    if d == 64 and ds_fmt == "bf16" and not emulated:  # the Triton kernels over the copies pass at 4 warps (below)
+        return {"num_warps": 4, "num_stages": 3, "sub": sub, "dq": "kernel", "dq_warps": 4, "dq_stages": 2,
+                "pre": True}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
+
+
+# D = 64 has no Gluon kernels (their tile is the head dim); its Triton kernels read the copies pass's rows (pre) at 4
+# warps. On the H200 at S = 8k, B×H = 4×32 (session 38, each kernel alone): dK/dV 10.80 ms at 8 warps × 2 stages
+# without pre, 7.15 at 4 × 3 with it; dQ 15.22 → 7.07 at 4 × 2. With the forward at 4 warps, fwd+bwd of `fp8` went
+# 29.8 → 16.7 ms at 8k (0.29 → 0.52× cuDNN) and 117.0 → 59.1 ms at 32k (docs/benchmarks.md, "Session 38").
 
 
 DQ_MODES = ("kernel", "atomic")
@@ -536,10 +545,13 @@ def backward(q, k, v, do, lse2, moff, delta, spec, causal: bool, safeguards: boo
     defaults = launch_config(d, spec.ds, spec.emulated)
     if doc is not None:  # half-tile dK/dV programs cannot see the fold's row factor across documents
         defaults.pop("bn", None)
+    chosen = config is not None  # a caller's launch is checked; the defaults drop what these operands cannot take
     config = dict(config or defaults)
     sub, which = config.pop("sub", DS_TILE), config.pop("which", "both")
     dq_mode = config.pop("dq", defaults["dq"])
     pre = config.pop("pre", False)
+    if pre and not chosen and not pre_eligible(q, k, v, do, spec):
+        pre = False  # e.g. a bf16 P·V: the copies serve FP8 dV products only
     if not pre:  # the token-block copies as the kernels read them without the copies pass (V's: [D, S] bytes)
         k, v = materialize_off_diagonal(k, QZ), materialize_off_diagonal(v, QZ)
     dp_early = config.pop("dp_early", True)
