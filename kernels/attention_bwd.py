@@ -420,16 +420,7 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
                 "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": FOLD_K}
-    if d == 64 and ds_fmt == "bf16" and not emulated:  # the Triton kernels over the copies pass at 4 warps (below)
-        return {"num_warps": 4, "num_stages": 3, "sub": sub, "dq": "kernel", "dq_warps": 4, "dq_stages": 2,
-                "pre": True}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
-
-
-# D = 64 has no Gluon kernels (their tile is the head dim); its Triton kernels read the copies pass's rows (pre) at 4
-# warps. On the H200 at S = 8k, B×H = 4×32 (session 38, each kernel alone): dK/dV 10.80 ms at 8 warps × 2 stages
-# without pre, 7.15 at 4 × 3 with it; dQ 15.22 → 7.07 at 4 × 2. With the forward at 4 warps, fwd+bwd of `fp8` went
-# 29.8 → 16.7 ms at 8k (0.29 → 0.52× cuDNN) and 117.0 → 59.1 ms at 32k (docs/benchmarks.md, "Session 38").
 
 
 DQ_MODES = ("kernel", "atomic")

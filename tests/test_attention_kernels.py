@@ -594,23 +594,22 @@ def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half
         attention_bwd.backward(*margs, config={**cfg, "pre": True})
 
 
-def test_default_launch_at_head_dim_64_reads_the_copies_where_they_apply(monkeypatch):
-    """On a GPU, D = 64's default backward launch (no Gluon kernels there) reads the copies pass's rows (pre) at 4
-    warps. Run with that launch (one stage: the interpreter's), it gives the plain launch's gradients bit for bit;
-    a spec the copies cannot serve (P·V in bf16) falls back to the plain kernels instead of refusing its own
-    defaults, while a caller who asks for pre there is still refused (test above)."""
-    from flamia_kernels import attention_bwd, attention_fwd
+@pytest.mark.parametrize("launch", ["d64", "pre_only"])
+def test_a_default_launch_with_the_copies_falls_back_where_they_cannot_serve(monkeypatch, launch):
+    """A default backward launch that reads the copies pass's rows (pre: D = 128's fast path on sm_90, or
+    scripts/launches/d64.json through `launch_overrides`) gives the plain launch's gradients bit for bit, and a
+    spec the copies cannot serve (P·V in bf16) falls back to the plain kernels instead of refusing its own
+    defaults; a caller who asks for pre there is still refused (test above)."""
+    import json
+    from pathlib import Path
 
-    monkeypatch.setattr(attention_bwd, "INTERPRET", False)
-    monkeypatch.setattr(attention_fwd, "INTERPRET", False)
-    gpu = attention_bwd.launch_config(64, "bf16")
-    assert gpu["pre"] and gpu["num_warps"] == 4 and "gluon" not in gpu
-    assert attention_fwd.launch_config(64, False) == {"num_warps": 4, "num_stages": 3}
-    assert "pre" not in attention_bwd.launch_config(64, "fp8")  # a dS format other than bf16 keeps the generic one
-    monkeypatch.setattr(attention_bwd, "INTERPRET", True)
-    monkeypatch.setattr(attention_fwd, "INTERPRET", True)
-    interp = {**gpu, "num_stages": 1, "dq_stages": 1}
-    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: dict(interp))
+    from flamia_kernels import attention_bwd
+
+    d64 = json.loads((Path(__file__).resolve().parents[1] / "scripts" / "launches" / "d64.json").read_text())["bwd"]
+    extra = d64 if launch == "d64" else {"pre": True}
+    pre_launch = {"sub": 32, "dq": "kernel", **extra, "num_warps": 4, "num_stages": 1}  # the interpreter's stage
+    pre_launch.pop("dq_stages", None)
+    monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: dict(pre_launch))
     for name in ("fp8-bf16dq", "fp8", "qk=fp8,pv=bf16,do=fp8,ds=bf16"):
         spec = AttentionSpec.parse(name)
         q, k, v, do = _inputs(1, 4, 2, 256, 64, seed=61)
