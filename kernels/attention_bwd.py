@@ -420,7 +420,17 @@ def launch_config(d: int, ds_fmt: str, emulated: bool = False) -> dict:
         return {"num_warps": 4, "num_stages": 3, "sub": sub, "bn": 64, "dq": "kernel",
                 "dq_warps": 4, "dq_stages": 3, "bm": 64, "pre": True, "gluon": True, "ws_dkdv": True, "gluon_dq": 32,
                 "dq_stream": "high", "ds_out": ds_out_budget(), "fold_k": FOLD_K}
+    if d == 64 and ds_fmt == "bf16" and not emulated and FAST_D64:
+        return {"sub": sub, "dq": "kernel", **D64_LAUNCH}
     return {"num_warps": 8, "num_stages": 2, "sub": sub, "dq": "kernel"}
+
+
+# D = 64 has no Gluon kernels; its Triton kernels over the copies pass's rows (pre) at 4 warps. On the H200 at S = 8k,
+# B×H = 4×32 (session 38, each kernel alone): dK/dV 10.80 ms at 8 warps × 2 stages without pre, 7.15 at 4 × 3 with
+# it; dQ 15.22 → 7.07 at 4 × 2. With attention_fwd.D64_LAUNCH, fwd+bwd of `fp8` 29.8 → 16.7 ms at 8k (0.29 → 0.52×
+# cuDNN). Off (FAST_D64) until the GPU reference tests have passed under it (scripts/launches/d64.json meanwhile).
+FAST_D64 = False
+D64_LAUNCH = {"pre": True, "num_warps": 4, "num_stages": 3, "dq_warps": 4, "dq_stages": 2}
 
 
 DQ_MODES = ("kernel", "atomic")

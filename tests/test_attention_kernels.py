@@ -594,6 +594,29 @@ def test_backward_pre_copies_are_bit_identical(causal, safeguards, hq, hkv, half
         attention_bwd.backward(*margs, config={**cfg, "pre": True})
 
 
+def test_d64_launch_is_one_launch_in_the_kernels_and_the_bench_file(monkeypatch):
+    """scripts/launches/d64.json (the benchmarks' --launch) is the launch FAST_D64 gives D = 64 on a GPU, and
+    FAST_D64 touches D = 64 only."""
+    import json
+    from pathlib import Path
+
+    from flamia_kernels import attention_bwd, attention_fwd
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "launches" / "d64.json"
+    assert json.loads(path.read_text()) == {"fwd": attention_fwd.D64_LAUNCH, "bwd": attention_bwd.D64_LAUNCH}
+    for mod in (attention_fwd, attention_bwd):
+        monkeypatch.setattr(mod, "INTERPRET", False)
+    generic_fwd, generic_bwd = attention_fwd.launch_config(64, False), attention_bwd.launch_config(64, "bf16")
+    fast128 = attention_fwd.launch_config(128, False), attention_bwd.launch_config(128, "bf16")
+    for mod in (attention_fwd, attention_bwd):
+        monkeypatch.setattr(mod, "FAST_D64", True)
+    assert attention_fwd.launch_config(64, False) == attention_fwd.D64_LAUNCH != generic_fwd
+    assert attention_bwd.launch_config(64, "bf16") == {"sub": 32, "dq": "kernel", **attention_bwd.D64_LAUNCH}
+    assert attention_bwd.launch_config(64, "bf16") != generic_bwd
+    assert (attention_fwd.launch_config(128, False), attention_bwd.launch_config(128, "bf16")) == fast128
+    assert attention_fwd.launch_config(64, True) == {"num_warps": 8, "num_stages": 2}  # emulated: unchanged
+
+
 @pytest.mark.parametrize("launch", ["d64", "pre_only"])
 def test_a_default_launch_with_the_copies_falls_back_where_they_cannot_serve(monkeypatch, launch):
     """A default backward launch that reads the copies pass's rows (pre: D = 128's fast path on sm_90, or
