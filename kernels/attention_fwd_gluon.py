@@ -95,11 +95,6 @@ HALF_DIAG = True
 # compiles as the one that writes O8 (found in session 37 with scripts/kernel_registers.py --no-grad). The same bits:
 # a module switch for A/B timing
 PIN_RESCALE = True
-# the chained variant's Vᵀ tiles complete on mbarriers of their own (its P·V waits for them, its QKᵀ for K's only):
-# Triton's shared-memory barrier analysis puts a CTA barrier between every two operations on one mbarrier array (the
-# expectation, each TMA copy, the wait), four a tile with one array; with two, the two copies need none between them.
-# The same bits (a module switch)
-SPLIT_BARRIERS = False
 
 
 def half_diag_applies(half_diag: bool | None, pipe: int) -> bool:
@@ -119,8 +114,7 @@ def constexprs(safeguards: bool, save_o8: bool, fuse_q: bool, pipe: int = PIPE, 
                 SAVE_O8=save_o8, TINY=FP8_TINY, PIPE=pipe, FUSE_Q=fuse_q, TMA_OUT=TMA_OUT, P_ORDER=p_order,
                 REFILL_UNDER_QK=REFILL_UNDER_QK if refill_under_qk is None else refill_under_qk,
                 HEAD_CHUNK=HEAD_CHUNK if head_chunk is None else head_chunk, PDL=PDL if pdl is None else bool(pdl),
-                SAVE_Q=save_q or not fuse_q, HALF_DIAG=half_diag_applies(half_diag, pipe), PIN_RESCALE=PIN_RESCALE,
-                SPLIT_BARS=SPLIT_BARRIERS and pipe == 3)
+                SAVE_Q=save_q or not fuse_q, HALF_DIAG=half_diag_applies(half_diag, pipe), PIN_RESCALE=PIN_RESCALE)
 
 
 def default_stages(pipe: int) -> int:
@@ -180,25 +174,18 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue_tile(t, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
-                    STAGES: gl.constexpr, BLOCK: gl.constexpr, ready_v=None, SPLIT_BARS: gl.constexpr = False):
+                    STAGES: gl.constexpr, BLOCK: gl.constexpr):
         """TMA of key tile t into stage t % STAGES: the token-block copies off the diagonal (t < n_off),
-        the per-token bytes for the diagonal tile (t == n_off). SPLIT_BARS: Vᵀ's tile completes on ready_v, an
-        mbarrier array of its own, and both expectations are set before either copy (`SPLIT_BARRIERS`)."""
+        the per-token bytes for the diagonal tile (t == n_off)."""
         stage = t % STAGES
         bar = ready.index(stage)
-        if SPLIT_BARS:
-            bar_v = ready_v.index(stage)
-            mbarrier.expect(bar, kb_desc.block_type.nbytes)
-            mbarrier.expect(bar_v, vbt_desc.block_type.nbytes)
-        else:
-            bar_v = bar
-            mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
+        mbarrier.expect(bar, kb_desc.block_type.nbytes + vbt_desc.block_type.nbytes)
         if t < n_off:
             tma.async_copy_global_to_shared(kb_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], bar_v, v_smem.index(stage))
+            tma.async_copy_global_to_shared(vbt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
         else:
             tma.async_copy_global_to_shared(k_desc, [kv_row + t * BLOCK, 0], bar, k_smem.index(stage))
-            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar_v, v_smem.index(stage))
+            tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK], bar, v_smem.index(stage))
 
     @gluon.jit
     def _kept_here(x):
@@ -449,8 +436,7 @@ if HAS_GLUON:
                           PIPE: gl.constexpr, FUSE_Q: gl.constexpr, TMA_OUT: gl.constexpr,
                           P_ORDER: gl.constexpr = False, REFILL_UNDER_QK: gl.constexpr = False,
                           HEAD_CHUNK: gl.constexpr = 0, PDL: gl.constexpr = False, SAVE_Q: gl.constexpr = True,
-                          HALF_DIAG: gl.constexpr = False, PIN_RESCALE: gl.constexpr = False,
-                          SPLIT_BARS: gl.constexpr = False):
+                          HALF_DIAG: gl.constexpr = False, PIN_RESCALE: gl.constexpr = False):
         gl.static_assert(D == BLOCK, "one NVMMA layout serves the score and the output tiles")
         NW: gl.constexpr = BM // 16  # a warpgroup per 64 rows
         L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1], instr_shape=[16, BLOCK, 32])
@@ -475,12 +461,6 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
         mbarrier.init(q_bar, count=1)
-        gl.static_assert(not SPLIT_BARS or PIPE == 3, "SPLIT_BARS: the chained variant only")
-        ready_v = ready
-        if SPLIT_BARS:  # Vᵀ's tiles complete on barriers of their own (`SPLIT_BARRIERS`)
-            ready_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for i in gl.static_range(STAGES):
-                mbarrier.init(ready_v.index(i), count=1)
 
         if FUSE_Q and PDL:  # Q's rows into shared memory while the key-sides pass finishes (Q was written before it)
             q_scale = _quantize_q_rows(QRAW, q_smem, bh, first, S, TINY, BM, D)
@@ -492,7 +472,7 @@ if HAS_GLUON:
         for i in gl.static_range(STAGES):
             if i <= n_off:
                 _issue_tile(i, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem, v_smem, ready,
-                            STAGES, BLOCK, ready_v, SPLIT_BARS)
+                            STAGES, BLOCK)
 
         offs_m = first + gl.arange(0, BM, layout=ROW)
         if FUSE_Q:  # the first K / Vᵀ tiles are in flight: quantize this program's Q rows meanwhile
@@ -528,19 +508,17 @@ if HAS_GLUON:
                 if REFILL_UNDER_QK:  # the previous tile's stage, free since its P·V retired, refilled under QKᵀ(t)
                     if t >= 1 and t - 1 + STAGES <= n_off:
                         _issue_tile(t - 1 + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc,
-                                    k_smem, v_smem, ready, STAGES, BLOCK, ready_v, SPLIT_BARS)
+                                    k_smem, v_smem, ready, STAGES, BLOCK)
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 p, m_i, l_i, alpha = _off_softmax(s, qs, m_i, l_i, kbs)
                 p8 = _p_operand(p, P_L, P_ORDER)
                 acc = acc * (alpha * (cv / vsb))[:, None]
-                if SPLIT_BARS:
-                    mbarrier.wait(ready_v.index(stage), (t // STAGES) & 1)
                 acc = warpgroup_mma(p8, v_smem.index(stage).permute((1, 0)), acc, is_async=True)
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 cv = vsb
                 if not REFILL_UNDER_QK and t + STAGES <= n_off:
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
-                                v_smem, ready, STAGES, BLOCK, ready_v, SPLIT_BARS)
+                                v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES  # the diagonal tile's scores: below, whole or half
             mbarrier.wait(ready.index(stage), (n_off // STAGES) & 1)
         elif PIPE == 2:  # QKᵀ(t + 1) in flight during the softmax of tile t (the diagonal tile's included)
@@ -561,7 +539,7 @@ if HAS_GLUON:
                 cv = vsb
                 if t + STAGES <= n_off:  # stage t is free: both products reading it have retired
                     _issue_tile(t + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc, k_smem,
-                                v_smem, ready, STAGES, BLOCK, ready_v, SPLIT_BARS)
+                                v_smem, ready, STAGES, BLOCK)
             stage = n_off % STAGES  # s: the diagonal tile's scores, already computed
         else:
             if n_off > 0:  # tile 0's scores and softmax; its P·V is issued with tile 1's scores
@@ -594,7 +572,7 @@ if HAS_GLUON:
                     cv = vsb_prev
                     if t - 1 + STAGES <= n_off:  # stage prev is free: both products reading it have retired
                         _issue_tile(t - 1 + STAGES, n_off, kv_row, v_row, kb_desc, vbt_desc, k_desc, vt_desc,
-                                    k_smem, v_smem, ready, STAGES, BLOCK, ready_v, SPLIT_BARS)
+                                    k_smem, v_smem, ready, STAGES, BLOCK)
                     alpha_prev = alpha
                     vsb_prev = gl.load(VBS + kvb_off + t)
                 last = (n_off - 1) % STAGES
@@ -613,8 +591,6 @@ if HAS_GLUON:
 
         # the diagonal tile: per-token K and V, the causal mask, V's scale folded into P (r_i). In the chained variant
         # with HALF_DIAG, rows that start their key block see only its first half (`half_diag_applies`)
-        if SPLIT_BARS:
-            mbarrier.wait(ready_v.index(stage), (n_off // STAGES) & 1)
         if PIPE == 3 and HALF_DIAG and SAFE and first % BLOCK == 0:
             acc, m_i, l_i = _half_diag_tile(acc, m_i, l_i, q_smem, k_smem.index(stage), v_smem.index(stage), qs, KS,
                                             VS, bhk, S, diag, offs_m, BM, BLOCK, NW, SAFE)
@@ -627,8 +603,6 @@ if HAS_GLUON:
 
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
-            if SPLIT_BARS:
-                mbarrier.invalidate(ready_v.index(i))
         mbarrier.invalidate(q_bar)
         if FUSE_Q and SAVE_Q:
             tma.store_wait(0)  # Q's bytes leave shared memory before the program ends
@@ -711,8 +685,9 @@ def forward(q, k, v, safeguards: bool, sm_scale: float, save_o8: bool, pipe: int
     nothing will differentiate). half_diag: `HALF_DIAG` where None (the chained variant only)."""
     if pipe not in (0, 1, 2, 3):
         raise ValueError(f"gluon forward pipe={pipe}: allowed 0, 1, 2, 3")
-    consts = constexprs(safeguards, save_o8, q_raw is not None, pipe, stages, v.off.p_order, refill_under_qk,
-                        head_chunk, pdl, save_q, half_diag)
+    consts = constexprs(safeguards, save_o8=save_o8, fuse_q=q_raw is not None, pipe=pipe, stages=stages,
+                        p_order=v.off.p_order, refill_under_qk=refill_under_qk, head_chunk=head_chunk, pdl=pdl,
+                        save_q=save_q, half_diag=half_diag)
     head_chunk = consts["HEAD_CHUNK"]
     if not isinstance(head_chunk, int) or head_chunk < 0:
         raise ValueError(f"gluon forward head_chunk={head_chunk!r}: allowed 0 (head after head) or a group size >= 1")

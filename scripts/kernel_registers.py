@@ -253,8 +253,9 @@ def gluon_forward_report(cfg: dict, safeguards: bool, no_grad: bool = False) -> 
     v = argparse.Namespace(vals_t=tensor(1, 1, d, seq), off=argparse.Namespace(vals=tensor(1, 1, d, seq)))
     fuse_q = cfg.get("fuse_q", True) and safeguards  # the fast path's default: Q quantized in the kernel
     p_order = cfg.get("p_order", G.P_ORDER)
-    consts = G.constexprs(safeguards, not no_grad, fuse_q, pipe, stages, p_order, cfg.get("refill_qk"),
-                          cfg.get("head_chunk"), cfg.get("pdl"), not no_grad, cfg.get("half_diag"))
+    consts = G.constexprs(safeguards, save_o8=not no_grad, fuse_q=fuse_q, pipe=pipe, stages=stages, p_order=p_order,
+                          refill_under_qk=cfg.get("refill_qk"), head_chunk=cfg.get("head_chunk"), pdl=cfg.get("pdl"),
+                          save_q=not no_grad, half_diag=cfg.get("half_diag"))
     outs = G.out_descriptors(torch.empty(1, 1, seq, d, dtype=torch.bfloat16), tensor(1, 1, seq, d), ops[0].vals)
     kinds = (["*bf16" if fuse_q else "*fp8e4nv"] + ["*fp32"] * 5
              + ["*bf16", "*u8", "*fp32", "*fp32", "*i8", "fp32", "i32", "i32"])

@@ -497,12 +497,11 @@ def test_gpu_gluon_refill_under_qk_keeps_the_bits():
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(*outs, strict=True)), stages
 
 
-def test_gpu_gluon_pinned_rescale_and_split_barriers_keep_the_bits(monkeypatch):
+def test_gpu_gluon_pinned_rescale_keeps_the_bits(monkeypatch):
     """`attention_fwd_gluon.PIN_RESCALE` keeps the accumulator's rescale before the diagonal tile where the source
     writes it (without it ptxas serialized the no-O8 kernel's wgmma): only where instructions are placed changes, so
     O and the row statistics are the same bits with it and without, with O's fp8 copy (a training forward) and without
-    (a forward nothing differentiates), and the O8 bytes and scales too where they are written. So with
-    `attention_fwd_gluon.SPLIT_BARRIERS` (Vᵀ's tiles on mbarriers of their own), which moves only waits."""
+    (a forward nothing differentiates), and the O8 bytes and scales too where they are written."""
     from flamia_kernels import AttentionSpec, attention_fwd, attention_fwd_gluon
     from flamia_kernels import quantize as QZ
     from flamia_kernels.attention_operands import prepare_forward
@@ -512,9 +511,8 @@ def test_gpu_gluon_pinned_rescale_and_split_barriers_keep_the_bits(monkeypatch):
     ops = prepare_forward(q, k, v, spec, True, QZ, 128, v_transposed=True, quantize_q=False, v_p_order=True)
     for save_o8 in (True, False):
         outs = []
-        for pin, split in ((True, False), (False, False), (True, True)):
+        for pin in (True, False):
             monkeypatch.setattr(attention_fwd_gluon, "PIN_RESCALE", pin)
-            monkeypatch.setattr(attention_fwd_gluon, "SPLIT_BARRIERS", split)
             fused = attention_fwd.fused_q_operand(q)
             got = attention_fwd_gluon.forward(fused, ops.k, ops.v, True, 128 ** -0.5, save_o8, pipe=3, q_raw=q,
                                               save_q=save_o8)
