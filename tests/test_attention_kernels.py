@@ -619,17 +619,13 @@ def test_d64_launch_is_one_launch_in_the_kernels_and_the_bench_file(monkeypatch)
 
 @pytest.mark.parametrize("launch", ["d64", "pre_only"])
 def test_a_default_launch_with_the_copies_falls_back_where_they_cannot_serve(monkeypatch, launch):
-    """A default backward launch that reads the copies pass's rows (pre: D = 128's fast path on sm_90, or
-    scripts/launches/d64.json through `launch_overrides`) gives the plain launch's gradients bit for bit, and a
-    spec the copies cannot serve (P·V in bf16) falls back to the plain kernels instead of refusing its own
+    """A default backward launch that reads the copies pass's rows (pre: D = 128's fast path on sm_90, or D = 64's
+    under FAST_D64, which scripts/launches/d64.json repeats: test above) gives the plain launch's gradients bit for
+    bit, and a spec the copies cannot serve (P·V in bf16) falls back to the plain kernels instead of refusing its own
     defaults; a caller who asks for pre there is still refused (test above)."""
-    import json
-    from pathlib import Path
-
     from flamia_kernels import attention_bwd
 
-    d64 = json.loads((Path(__file__).resolve().parents[1] / "scripts" / "launches" / "d64.json").read_text())["bwd"]
-    extra = d64 if launch == "d64" else {"pre": True}
+    extra = attention_bwd.D64_LAUNCH if launch == "d64" else {"pre": True}
     pre_launch = {"sub": 32, "dq": "kernel", **extra, "num_warps": 4, "num_stages": 1}  # the interpreter's stage
     pre_launch.pop("dq_stages", None)
     monkeypatch.setattr(attention_bwd, "launch_config", lambda d, ds, emulated=False: dict(pre_launch))
