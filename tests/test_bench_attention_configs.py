@@ -1,5 +1,6 @@
 """scripts/bench_attention.py's launch-config sweep syntax (what a profile run's --bwd-configs means)."""
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,7 +137,6 @@ def test_launch_files_take_names(tmp_path):
 
 
 def test_profile_dim_allows_the_heads_the_bench_shapes_and_names_them_otherwise(tmp_path):
-    import subprocess
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_attention.py"
     bad = subprocess.run([sys.executable, str(script), "--profile-dim", "96", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
